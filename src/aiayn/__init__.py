@@ -1,0 +1,15 @@
+"""aiayn: "Attention Is All You Need" and the models it started, in one readable PyTorch package.
+
+    import aiayn
+    cfg = aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000)
+    model = aiayn.build(cfg)
+    aiayn.count_parameters(model)
+    aiayn.save(model, "runs/x"); model = aiayn.load("runs/x")
+"""
+
+from aiayn.analysis import count_parameters
+from aiayn.models import build, preset, presets
+from aiayn.training.checkpoint import load, save
+
+__version__ = "0.1.0"
+__all__ = ["build", "preset", "presets", "count_parameters", "save", "load", "__version__"]

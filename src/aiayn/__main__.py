@@ -1,0 +1,5 @@
+import sys
+
+from aiayn.cli import main
+
+sys.exit(main())

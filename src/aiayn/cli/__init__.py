@@ -1,0 +1,83 @@
+"""The ``aiayn`` command. Every subcommand is also a plain function (:mod:`aiayn.cli.train`, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line of help, status 2, no traceback
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="aiayn", description="Attention Is All You Need, and the models it started.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a model; with no arguments, the default job (about two minutes on a CPU)")
+    t.add_argument("--task", default="dates", choices=["dates", "copy"],
+                   help="dates: free English dates -> ISO (default); copy: copy random strings")
+    t.add_argument("--preset", default="transformer-tiny")
+    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--max-tokens", type=int, default=1536, help="padded tokens per batch")
+    t.add_argument("--warmup", type=int, default=300)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", default="runs", help="folder that gets the run folder (default runs/)")
+    t.add_argument("--name", default=None, help="run folder name (default: the task)")
+    t.add_argument("--no-progress", action="store_true")
+
+    tr = sub.add_parser("translate", help="translate text with a saved run")
+    tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
+    tr.add_argument("text", nargs="+")
+
+    c = sub.add_parser("count", help="parameters of a preset, by part")
+    c.add_argument("preset")
+    c.add_argument("--json", action="store_true")
+    return p
+
+
+def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        if args.command == "train":
+            from aiayn.cli.train import train
+
+            _positive(parser, args, "steps", "max_tokens", "warmup")
+            train(task=args.task, preset=args.preset, steps=args.steps, max_tokens=args.max_tokens,
+                  warmup=args.warmup, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
+        elif args.command == "translate":
+            from aiayn.cli.train import translate
+
+            for src, hyp in zip(args.text, translate(args.run, args.text)):
+                print(f"{src} -> {hyp}")
+        elif args.command == "count":
+            from aiayn.analysis import parameter_table
+            from aiayn.models import preset
+
+            table = parameter_table(preset(args.preset))
+            if args.json:
+                print(json.dumps({"preset": args.preset, "parameters": table}, indent=2))
+            else:
+                print(f"{args.preset}: parameters by part")
+                for part, n in table.items():
+                    print(f"  {part:<14}{n:>16,}  {n / table['total']:>6.1%}")
+    except (ValueError, FileNotFoundError) as e:
+        print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

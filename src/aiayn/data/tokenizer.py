@@ -1,0 +1,67 @@
+"""A character tokenizer: one id per character, with the special tokens every model here expects.
+
+Ids 0-3 are ``<pad>``, ``<s>``, ``</s>``, ``<unk>``, matching the configs' ``pad_id``, ``bos_id``, ``eos_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from aiayn.io import write_json
+
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+PAD, BOS, EOS, UNK = range(4)
+
+
+class CharTokenizer:
+    """Characters seen in training get ids; anything else is ``<unk>``."""
+
+    def __init__(self, chars: Iterable[str]) -> None:
+        self.itos = list(SPECIALS) + [c for c in dict.fromkeys(chars) if c not in SPECIALS]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD, BOS, EOS, UNK
+
+    @classmethod
+    def train(cls, texts: Iterable[str]) -> CharTokenizer:
+        return cls(sorted({c for t in texts for c in t}))
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi.get(c, UNK) for c in text]
+
+    def tokens(self, text: str) -> list[str]:
+        return list(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``, stopping at ``</s>`` and skipping ``<pad>`` and ``<s>``."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS:
+                break
+            if i in (PAD, BOS):
+                continue
+            out.append(self.itos[i] if 0 <= i < len(self.itos) else SPECIALS[UNK])
+        return "".join(out)
+
+    def to_json(self) -> dict:
+        return {"type": "char", "vocab": self.itos}
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CharTokenizer:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if data.get("type") != "char" or list(data["vocab"][:4]) != list(SPECIALS):
+            raise ValueError(f"{path} is not a character tokenizer saved by aiayn")
+        return cls(data["vocab"][4:])

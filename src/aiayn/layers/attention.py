@@ -1,0 +1,187 @@
+"""Scaled dot-product attention and multi-head attention (section 3.2), shared by every family.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                         (eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Two paths compute equation 1: the fused ``torch.nn.functional.scaled_dot_product_attention`` (the
+default) and an explicit one that also returns the weights. Weights are asked for explicitly
+(``need_weights=True``) or collected for a whole model with :func:`record_attention`.
+
+Shapes: B batch, H heads, T query length, S key length, D head dim (d_k), C model dim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.layers.masks import causal_mask, combine
+
+_recorders: list[dict[str, list[Tensor]]] = []
+
+
+def _safe(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """Rows of a mask with nothing to attend to would give softmax(-inf, ..., -inf) = NaN.
+
+    Let such rows attend everywhere (so no NaN arises, forward or backward) and return which rows
+    they were, so the caller sets their output to zero.
+    """
+    if mask is None:
+        return None, None
+    empty = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+    if not bool(empty.any()):
+        return mask, None
+    return mask | empty, empty
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Equation 1, ``softmax(q k^T / sqrt(D) + mask) v``.
+
+    Args:
+        q: ``(B, H, T, D)`` queries.
+        k: ``(B, H, S, D)`` keys.
+        v: ``(B, H, S, Dv)`` values.
+        mask: bool, ``True`` = may attend, broadcastable to ``(B, H, T, S)``; or a float tensor
+            added to the scores (Swin's relative position bias plus its shift mask).
+        dropout_p: dropout on the attention weights (training only; the caller passes 0 in eval).
+        is_causal: apply the causal mask without materialising it (``mask`` must be ``None``).
+        need_weights: take the explicit path and return the weights too.
+
+    Returns:
+        ``(out, weights)``: ``(B, H, T, Dv)`` and, if asked for, ``(B, H, T, S)``, else ``None``.
+        A query row with nothing to attend to gets zeros, never NaN.
+    """
+    empty = None
+    if mask is not None and mask.dtype == torch.bool:
+        mask, empty = _safe(mask)
+    if not need_weights:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+        weights = None
+    else:
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+        if is_causal:
+            mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        weights = scores.softmax(dim=-1)
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+        out = F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
+    if empty is not None:
+        out = out.masked_fill(empty, 0.0)
+    return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (section 3.2.2), for self-attention and encoder-decoder attention.
+
+    The projections W^Q, W^K, W^V of all heads are one ``(3C, C)`` matrix, ``in_proj``, laid out as
+    ``torch.nn.MultiheadAttention`` and GPT-2's ``c_attn`` lay them out: one matmul for
+    self-attention; for cross-attention the query rows apply to the decoder state and the key/value
+    rows to the encoder output ("memory").
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, -1).transpose(1, 2)  # (B, H, T, D)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``."""
+        c = self.d_model
+        kv = F.linear(memory, self.in_proj.weight[c:], None if self.in_proj.bias is None else self.in_proj.bias[c:])
+        k, v = kv.split(c, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        kv: tuple[Tensor, Tensor] | None = None,
+        cache=None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
+
+        Args:
+            x: ``(B, T, C)`` queries (and keys/values for self-attention).
+            memory: ``(B, S, C)`` encoder output for cross-attention; ``None`` for self-attention.
+            mask: bool ``True`` = may attend (or additive float), broadcastable to ``(B, H, T, S)``.
+            is_causal: causal self-attention without a materialised mask.
+            need_weights: also return the ``(B, H, T, S)`` attention weights.
+            kv: precomputed ``(k, v)``, each ``(B, H, S, D)``, used instead of projecting
+                ``memory`` (a decoding cache).
+            cache: a :class:`aiayn.layers.kv_cache.KVCache` for self-attention: the new keys and
+                values are appended and the queries attend to everything cached.
+
+        Returns:
+            ``(out, weights)``: ``(B, T, C)`` and the weights or ``None``.
+        """
+        c = self.d_model
+        if memory is None and kv is None:
+            q, k, v = self.in_proj(x).split(c, dim=-1)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, H, S, D), S = positions cached so far
+                if is_causal:  # queries are the last T of S positions: shift the causal diagonal
+                    t, s = q.size(2), k.size(2)
+                    mask = combine(mask, causal_mask(t, s, q.device)) if t > 1 else mask
+                    is_causal = False
+        else:
+            bias = None if self.in_proj.bias is None else self.in_proj.bias[:c]
+            q = self._heads(F.linear(x, self.in_proj.weight[:c], bias))
+            k, v = kv if kv is not None else self.project_kv(memory)
+        record = bool(_recorders)
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
+        )
+        if record:
+            for rec in _recorders:
+                rec.setdefault(getattr(self, "_aiayn_name", ""), []).append(weights.detach())
+        out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], c)  # (B, T, C)
+        return self.out_proj(out), (weights if need_weights else None)
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module) -> Iterator[dict[str, list[Tensor]]]:
+    """Collect the attention weights of every :class:`MultiHeadAttention` in ``model``.
+
+    Inside the block attention takes the explicit path; each module's weights ``(B, H, T, S)`` are
+    appended, one per call, under its qualified name (``"decoder.layers.0.cross_attn"``)::
+
+        with record_attention(model) as rec:
+            model(src, tgt)
+        rec["decoder.layers.0.cross_attn"][0]   # (B, H, T, S)
+    """
+    for name, module in model.named_modules():
+        if isinstance(module, MultiHeadAttention):
+            module._aiayn_name = name
+    rec: dict[str, list[Tensor]] = {}
+    _recorders.append(rec)
+    try:
+        yield rec
+    finally:
+        _recorders.remove(rec)

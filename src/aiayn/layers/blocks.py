@@ -1,0 +1,128 @@
+"""Encoder and decoder blocks and stacks (section 3.1), post-norm as the paper or pre-norm.
+
+Every sub-layer is wrapped the same way:
+
+    post-norm (paper):  x = LayerNorm(x + Dropout(Sublayer(x)))
+    pre-norm:           x = x + Dropout(Sublayer(LayerNorm(x)))     (GPT-2, ViT; a final LayerNorm follows)
+
+One block class per kind, with a ``norm_first`` flag and a single forward.
+
+Shapes: B batch, T target length, S source length, C model dim.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from aiayn.layers.attention import MultiHeadAttention
+from aiayn.layers.feedforward import FeedForward
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
+        super().__init__()
+        self.norm_first, self.eps = norm_first, eps
+        self.dropout = nn.Dropout(dropout)
+
+    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, fn) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(fn(norm(x)))
+        return norm(x + self.dropout(fn(x)))
+
+
+class EncoderBlock(_Block):
+    """Self-attention then feed-forward (section 3.1, "Encoder")."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first, eps)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend."""
+        x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal)[0])
+        return self._sublayer(x, self.norm2, self.ff)
+
+
+class DecoderBlock(_Block):
+    """Masked self-attention, encoder-decoder attention, feed-forward (section 3.1, "Decoder").
+
+    With ``cross_attention=False`` it is the decoder-only (GPT) block.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        cross_attention: bool = True,
+    ) -> None:
+        super().__init__(d_model, dropout, norm_first, eps)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+            self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        else:
+            self.cross_attn = self.norm2 = None
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm3 = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        self_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache=None,
+    ) -> Tensor:
+        """``(B, T, C)`` decoder states, ``(B, S, C)`` memory -> ``(B, T, C)``.
+
+        Args:
+            self_mask: bool mask for self-attention (causal and padding combined), or use ``is_causal``.
+            memory_mask: bool mask over the memory (source padding), ``(B, 1, 1, S)``.
+            cache: a :class:`aiayn.layers.kv_cache.LayerCache` when decoding step by step.
+        """
+        self_cache = None if cache is None else cache.self_attn
+        x = self._sublayer(
+            x, self.norm1, lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache)[0]
+        )
+        if self.cross_attn is not None:
+            kv = None if cache is None else cache.cross_kv(self.cross_attn, memory)
+            x = self._sublayer(x, self.norm2, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv=kv)[0])
+        return self._sublayer(x, self.norm3, self.ff)
+
+
+class Stack(nn.Module):
+    """N blocks, then a final LayerNorm when the blocks are pre-norm (post-norm ends normalised)."""
+
+    def __init__(self, blocks: list[nn.Module], d_model: int, final_norm: bool, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(blocks)
+        self.norm = nn.LayerNorm(d_model, eps=eps) if final_norm else None
+
+    def forward(self, x: Tensor, *args, caches=None, **kwargs) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            if caches is not None:
+                x = layer(x, *args, cache=caches[i], **kwargs)
+            else:
+                x = layer(x, *args, **kwargs)
+        return x if self.norm is None else self.norm(x)

@@ -1,0 +1,84 @@
+"""Input embeddings (section 3.4): token embeddings times sqrt(d_model), plus positions, then dropout.
+
+Shapes: B batch, T length, C model dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+POSITIONAL = ("sinusoidal", "sinusoidal-concat", "learned", "none")
+
+
+def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
+    """Refuse token ids that are not a ``(B, T)`` integer tensor within ``[0, vocab_size)``."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError(f"{name} is empty, shape {tuple(ids.shape)}")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+class Embedding(nn.Module):
+    """``dropout(tokens(ids) * scale + positions)``; ``scale`` is sqrt(d_model) in the Transformer.
+
+    Args:
+        vocab_size, d_model: table size.
+        max_len: positions for learned embeddings (sinusoidal ones extend past it).
+        positional: ``"sinusoidal"`` (interleaved sin/cos, the paper's formula), ``"sinusoidal-concat"``,
+            ``"learned"`` or ``"none"``.
+        dropout: P_drop applied to the sum (section 5.4).
+        scale: multiply token embeddings by sqrt(d_model) (section 3.4).
+        tokens: an existing ``nn.Embedding`` to share (source/target sharing).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int = 1024,
+        positional: str = "sinusoidal",
+        dropout: float = 0.1,
+        scale: bool = True,
+        padding_idx: int | None = None,
+        tokens: nn.Embedding | None = None,
+    ) -> None:
+        super().__init__()
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional={positional!r} must be one of {POSITIONAL}")
+        if tokens is None:
+            tokens = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+            # N(0, 1/C) so that tokens * sqrt(C) has unit variance, as tensor2tensor and fairseq do.
+            nn.init.normal_(tokens.weight, std=d_model**-0.5)
+            if padding_idx is not None:
+                nn.init.zeros_(tokens.weight[padding_idx])
+        self.tokens = tokens
+        self.scale = math.sqrt(d_model) if scale else 1.0
+        if positional == "learned":
+            self.positions: nn.Module | None = LearnedPositionalEmbedding(max_len, d_model)
+        elif positional.startswith("sinusoidal"):
+            layout = "concat" if positional == "sinusoidal-concat" else "interleaved"
+            self.positions = SinusoidalPositionalEncoding(d_model, max_len, layout)
+        else:
+            self.positions = None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """``(B, T)`` ids at positions ``start ..`` -> ``(B, T, C)``."""
+        check_ids(ids, self.tokens.num_embeddings)
+        x = self.tokens(ids) * self.scale
+        if self.positions is not None:
+            x = x + self.positions(ids.size(1), start)
+        return self.dropout(x)

@@ -1,0 +1,28 @@
+"""Position-wise feed-forward network (section 3.3): FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS = {
+    "relu": F.relu,  # the paper
+    "gelu": F.gelu,  # BERT, ViT, Swin (erf form)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2
+}
+
+
+class FeedForward(nn.Module):
+    """Linear(C, d_ff) -> activation -> dropout -> Linear(d_ff, C), the same at every position."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, activation: str = "relu") -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation={activation!r} must be one of {sorted(ACTIVATIONS)}")
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C)
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))

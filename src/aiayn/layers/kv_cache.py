@@ -1,0 +1,81 @@
+"""Key/value caches for decoding one token at a time.
+
+Self-attention keys and values grow by one position per step; they are written into buffers
+allocated once for the whole generation, so no tensor is concatenated per step:
+
+    step t:   k_buf[:, :, :t]  = keys of tokens 0..t-1    (filled)
+              k_buf[:, :, t]   <- key of the new token     (written in place)
+              k_buf[:, :, t+1:]   not yet used
+
+Cross-attention keys and values depend only on the encoder output, so they are projected once.
+Beam search reorders both along the batch with :meth:`DecoderCache.reorder`.
+
+Shapes: B batch (x beams), H heads, L max length, D head dim.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+class KVCache:
+    """Preallocated ``(B, H, L, D)`` key and value buffers for one self-attention layer."""
+
+    def __init__(self, max_len: int) -> None:
+        self.max_len, self.length = max_len, 0
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``(B, H, t, D)`` new keys/values; return views of everything cached so far."""
+        b, h, t, d = k.shape
+        if self.k is None:
+            self.k = k.new_empty(b, h, self.max_len, d)
+            self.v = v.new_empty(b, h, self.max_len, v.size(-1))
+        if self.length + t > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} positions; cannot add {t} to {self.length}")
+        self.k[:, :, self.length : self.length + t] = k
+        self.v[:, :, self.length : self.length + t] = v
+        self.length += t
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+
+    def reorder(self, index: Tensor) -> None:
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
+class LayerCache:
+    """What one decoder layer keeps between steps: its self-attention cache and cross-attention k/v."""
+
+    def __init__(self, max_len: int) -> None:
+        self.self_attn = KVCache(max_len)
+        self.cross: tuple[Tensor, Tensor] | None = None
+
+    def cross_kv(self, attn, memory: Tensor) -> tuple[Tensor, Tensor]:
+        if self.cross is None:
+            self.cross = attn.project_kv(memory)
+        return self.cross
+
+    def reorder(self, index: Tensor) -> None:
+        self.self_attn.reorder(index)
+        if self.cross is not None:
+            self.cross = tuple(t.index_select(0, index) for t in self.cross)
+
+
+class DecoderCache(list):
+    """One :class:`LayerCache` per decoder layer; ``length`` is the number of positions decoded."""
+
+    def __init__(self, n_layers: int, max_len: int) -> None:
+        super().__init__(LayerCache(max_len) for _ in range(n_layers))
+
+    @property
+    def length(self) -> int:
+        return self[0].self_attn.length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search: the beams that survive a step)."""
+        for layer in self:
+            layer.reorder(index)
+
+
+__all__ = ["KVCache", "LayerCache", "DecoderCache"]

@@ -1,0 +1,66 @@
+"""Model families: each file holds a config dataclass, its presets and the modules.
+
+The registry maps a preset name to a config and a config type to its model, so
+``aiayn.build("transformer-base")`` and ``aiayn.load(path)`` need no family-specific code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import nn
+
+from aiayn.models import transformer
+from aiayn.models.config import override, suggest
+
+FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
+    "transformer": (transformer.TransformerConfig, transformer.Transformer),
+}
+_PRESETS: dict[str, Any] = {**transformer.PRESETS}
+
+
+def presets() -> list[str]:
+    """Names of every preset."""
+    return sorted(_PRESETS)
+
+
+def preset(name: str, **overrides: Any) -> Any:
+    """The frozen config of preset ``name``, with any field overridden.
+
+    >>> preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000).d_model
+    512
+    """
+    if name not in _PRESETS:
+        raise ValueError(f"unknown preset {name!r}{suggest(name, _PRESETS)} (presets: {', '.join(presets())})")
+    return override(_PRESETS[name], **overrides)
+
+
+def family_of(cfg: Any) -> str:
+    for family, (config_type, _) in FAMILIES.items():
+        if type(cfg) is config_type:
+            return family
+    raise TypeError(f"not a model config: {type(cfg).__name__}")
+
+
+def build(cfg_or_name: Any, **overrides: Any) -> nn.Module:
+    """A model from a config, or from a preset name with overrides."""
+    cfg = preset(cfg_or_name, **overrides) if isinstance(cfg_or_name, str) else override(cfg_or_name, **overrides)
+    return FAMILIES[family_of(cfg)][1](cfg)
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return {"family": family_of(cfg), **dataclasses.asdict(cfg)}
+
+
+def config_from_dict(data: dict[str, Any]) -> Any:
+    data = dict(data)
+    family = data.pop("family", None)
+    if family not in FAMILIES:
+        raise ValueError(f"config names family {family!r}; known families: {', '.join(FAMILIES)}")
+    config_type = FAMILIES[family][0]
+    known = {f.name for f in dataclasses.fields(config_type)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{config_type.__name__} config has unknown fields {unknown}")
+    return config_type(**data)

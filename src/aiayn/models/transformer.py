@@ -1,0 +1,157 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3.
+
+    src ids -> Embedding (x sqrt(C) + PE, dropout) -> N x EncoderBlock ------------------> memory
+    tgt ids -> Embedding (x sqrt(C) + PE, dropout) -> N x DecoderBlock(memory) -> Linear -> logits
+
+Shapes: B batch, S source length, T target length, C d_model, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, Stack, causal_mask, combine, padding_mask
+from aiayn.layers.embedding import POSITIONAL
+from aiayn.layers.feedforward import ACTIVATIONS
+from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and switches of the encoder-decoder Transformer; defaults are the base model (Table 3).
+
+    ``share_embeddings`` uses one token table for source and target (a joint vocabulary);
+    ``tie_output`` makes the pre-softmax projection share the target table's weights (section 3.4).
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: str = "relu"
+    positional: str = "sinusoidal"
+    max_len: int = 1024
+    norm_first: bool = False
+    layer_norm_eps: float = 1e-5
+    share_embeddings: bool = True
+    tie_output: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        check_positive(self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_encoder_layers",
+                       "n_decoder_layers", "d_ff", "max_len")
+        check_divisible(self, "d_model", "n_heads")
+        check_probability(self, "dropout", "attention_dropout")
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+        check_choice(self, "positional", POSITIONAL)
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings=True needs src_vocab_size == tgt_vocab_size, got {self.src_vocab_size} and "
+                f"{self.tgt_vocab_size}; pass share_embeddings=False for separate vocabularies"
+            )
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < min(self.src_vocab_size, self.tgt_vocab_size):
+                raise ValueError(f"{name}={getattr(self, name)} must be a token id inside both vocabularies")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+PRESETS = {
+    # Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; a shared 37,000-token BPE vocabulary (5.1).
+    "transformer-base": TransformerConfig(),
+    # Table 3, "big": N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (213M parameters).
+    "transformer-big": TransformerConfig(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3),
+    # For the default job and tests on a laptop CPU.
+    "transformer-tiny": TransformerConfig(
+        src_vocab_size=64, tgt_vocab_size=64, d_model=128, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
+        d_ff=512, max_len=256,
+    ),
+}
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer; ``forward(src_ids, tgt_ids)`` returns logits ``(B, T, V)``."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        emb = dict(d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional, dropout=cfg.dropout,
+                   padding_idx=cfg.pad_id)
+        self.src_embed = Embedding(cfg.src_vocab_size, **emb)
+        shared = self.src_embed.tokens if cfg.share_embeddings else None
+        self.tgt_embed = Embedding(cfg.tgt_vocab_size, tokens=shared, **emb)
+        block = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
+                     attention_dropout=cfg.attention_dropout, activation=cfg.activation, norm_first=cfg.norm_first,
+                     eps=cfg.layer_norm_eps)
+        self.encoder = Stack([EncoderBlock(**block) for _ in range(cfg.n_encoder_layers)], cfg.d_model,
+                             final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
+        self.decoder = Stack([DecoderBlock(**block) for _ in range(cfg.n_decoder_layers)], cfg.d_model,
+                             final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)  # section 3.4: linear, then softmax
+        self._init_weights()
+        if cfg.tie_output:
+            self.generator.weight = self.tgt_embed.tokens.weight
+
+    def _init_weights(self) -> None:
+        # Glorot-uniform matrices and zero biases, as tensor2tensor and The Annotated Transformer do;
+        # token tables keep N(0, 1/C) from Embedding.
+        for name, p in self.named_parameters():
+            if "embed" in name:
+                continue
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def encode(self, src_ids: Tensor) -> Tensor:
+        """``(B, S)`` source ids -> memory ``(B, S, C)``; padding (``pad_id``) is never attended to."""
+        return self.encoder(self.src_embed(src_ids), padding_mask(src_ids, self.cfg.pad_id))
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Logits ``(B, T, V)`` for target ids ``(B, T)`` given the memory of ``src_ids``.
+
+        With a ``cache`` (from :meth:`new_cache`), ``tgt_ids`` are only the new positions; earlier ones
+        are read from the cache.
+        """
+        if memory.dim() != 3 or memory.shape[:2] != src_ids.shape or memory.size(-1) != self.cfg.d_model:
+            raise ValueError(
+                f"memory must be (B, S, d_model) = {(*src_ids.shape, self.cfg.d_model)} to match src_ids, "
+                f"got {tuple(memory.shape)}"
+            )
+        start = 0 if cache is None else cache.length
+        x = self.tgt_embed(tgt_ids, start=start)
+        memory_mask = padding_mask(src_ids, self.cfg.pad_id)  # (B, 1, 1, S)
+        self_mask = None
+        is_causal = True
+        if cache is None and bool((tgt_ids == self.cfg.pad_id).any()):
+            # Padding and causal masks at once (section 3.2.3); without padding SDPA's causal path is used.
+            t = tgt_ids.size(1)
+            self_mask = combine(padding_mask(tgt_ids, self.cfg.pad_id), causal_mask(t, device=tgt_ids.device))
+            is_causal = False
+        x = self.decoder(x, memory, self_mask, memory_mask, is_causal, caches=cache)
+        return self.generator(x)
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher forcing: ``(B, S)`` source, ``(B, T)`` shifted target -> logits ``(B, T, V)``."""
+        if src_ids.dim() == 2 and tgt_ids.dim() == 2 and src_ids.size(0) != tgt_ids.size(0):
+            raise ValueError(f"src_ids and tgt_ids must have the same batch size, got {src_ids.size(0)} and "
+                             f"{tgt_ids.size(0)}")
+        return self.decode(tgt_ids, self.encode(src_ids), src_ids)
+
+    def new_cache(self, max_len: int) -> DecoderCache:
+        """An empty key/value cache for decoding up to ``max_len`` target positions."""
+        return DecoderCache(len(self.decoder.layers), max_len)
+
+
+__all__ = ["TransformerConfig", "Transformer", "PRESETS"]

@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+import aiayn
+from aiayn.io import atomic_write
+
+
+def test_save_and_load_round_trip_with_tied_weights(tmp_path):
+    model = aiayn.build("transformer-tiny", src_vocab_size=40, tgt_vocab_size=40, dropout=0.0).eval()
+    path = aiayn.save(model, tmp_path / "run")
+    assert path.name == "model.safetensors"
+    loaded = aiayn.load(tmp_path / "run").eval()
+    assert loaded.cfg == model.cfg
+    assert loaded.generator.weight is loaded.tgt_embed.tokens.weight
+    src, tgt = torch.tensor([[5, 6, 2]]), torch.tensor([[1, 7]])
+    torch.testing.assert_close(loaded(src, tgt), model(src, tgt), rtol=0, atol=0)
+    assert aiayn.load(path).cfg == model.cfg  # the file itself works too
+
+
+def test_a_failed_write_leaves_the_previous_file(tmp_path):
+    target = tmp_path / "x.txt"
+    atomic_write(target, lambda tmp: open(tmp, "w").write("old"))
+
+    def crash(tmp):
+        open(tmp, "w").write("half")
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(target, crash)
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]  # no temporary file left behind
+
+
+def test_truncated_or_missing_checkpoints_are_refused(tmp_path):
+    model = aiayn.build("transformer-tiny")
+    path = aiayn.save(model, tmp_path / "m.safetensors")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupted"):
+        aiayn.load(path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        aiayn.load(tmp_path / "nothing")

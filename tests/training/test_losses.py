@@ -1,0 +1,69 @@
+import math
+
+import pytest
+import torch
+
+from aiayn.training import label_smoothed_loss, noam_lr, noam_optimizer
+
+
+def test_label_smoothing_against_a_hand_worked_distribution():
+    # V = 5, pad = 0, eps = 0.1: the target gets 0.9, the three other non-pad tokens 0.1 / 3 each, pad 0.
+    logits = torch.tensor([[0.5, 1.0, 2.0, -1.0, 0.0]])
+    logp = logits.log_softmax(-1)[0]
+    q = torch.tensor([0.0, 0.1 / 3, 0.9, 0.1 / 3, 0.1 / 3])
+    loss, nll, n = label_smoothed_loss(logits, torch.tensor([2]), pad_id=0, epsilon=0.1)
+    assert n == 1
+    torch.testing.assert_close(loss, -(q * logp).sum())
+    torch.testing.assert_close(nll, -logp[2])
+
+
+def test_padding_positions_are_ignored_and_eps_zero_is_cross_entropy():
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[3, 4, 0], [5, 0, 0]])
+    loss, nll, n = label_smoothed_loss(logits, target, pad_id=0, epsilon=0.0)
+    assert n == 3
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=0,
+                                                 reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, expected)
+    # logits at padded positions do not matter
+    changed = logits.clone()
+    changed[0, 2] += 100
+    changed[1, 1:] -= 50
+    torch.testing.assert_close(label_smoothed_loss(changed, target, 0, 0.1)[0], label_smoothed_loss(logits, target, 0, 0.1)[0])
+
+
+def test_the_smoothed_optimum_puts_no_mass_on_padding():
+    logits = torch.zeros(1, 6, requires_grad=True)
+    opt = torch.optim.SGD([logits], lr=2.0)
+    for _ in range(2000):
+        opt.zero_grad()
+        label_smoothed_loss(logits, torch.tensor([3]), pad_id=0, epsilon=0.1)[0].backward()
+        opt.step()
+    p = logits.softmax(-1)[0]
+    assert p[0] < 0.01  # padding is pushed down, never a target
+    assert abs(p[3] - 0.9) < 0.01 and abs(p[1] - 0.025) < 0.005
+
+
+def test_noam_schedule_peaks_at_warmup():
+    d, warmup = 512, 4000
+    peak = d**-0.5 * warmup**-0.5
+    assert math.isclose(noam_lr(warmup, d, warmup), peak)
+    assert noam_lr(warmup - 1, d, warmup) < peak and noam_lr(warmup + 1, d, warmup) < peak
+    assert math.isclose(noam_lr(100, d, warmup), d**-0.5 * 100 * warmup**-1.5)  # linear warm-up
+    assert math.isclose(noam_lr(16000, d, warmup), d**-0.5 * 16000**-0.5)  # inverse square root decay
+
+
+def test_noam_optimizer_is_adam_with_the_paper_betas_and_follows_the_schedule():
+    model = torch.nn.Linear(2, 2)
+    opt, sched = noam_optimizer(model, d_model=512, warmup=10)
+    assert isinstance(opt, torch.optim.Adam)
+    group = opt.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    rates = []
+    for _ in range(20):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates[0] == pytest.approx(noam_lr(1, 512, 10))
+    assert max(rates) == pytest.approx(rates[9]) == pytest.approx(512**-0.5 * 10**-0.5)
