@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """Call ``write(tmp_path)``, fsync the file, and rename it to ``path``."""
     path = Path(path)
@@ -20,6 +26,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode open() would
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())

@@ -15,11 +15,8 @@ def run_cli(*args):
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
     """The copy task (The Annotated Transformer's first example), short enough for CI."""
-    return train(task="copy", steps=COPY_STEPS, warmup=100, n_train=5000, n_test=100, out=tmp_path_factory.mktemp("r"),
-                 progress=False, verbose=False, dropout=0.0)
-
-
-COPY_STEPS = 250
+    return train(task="copy", steps=800, warmup=100, max_tokens=512, n_train=20000, n_test=100,
+                 out=tmp_path_factory.mktemp("r"), progress=False, verbose=False, dropout=0.0, d_model=64, d_ff=256)
 
 
 def test_copy_task_learns_to_100_percent(copy_run):

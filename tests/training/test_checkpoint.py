@@ -40,3 +40,10 @@ def test_truncated_or_missing_checkpoints_are_refused(tmp_path):
         aiayn.load(path)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         aiayn.load(tmp_path / "nothing")
+
+
+def test_atomic_files_get_the_mode_a_plain_open_would_give(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    atomic = atomic_write(tmp_path / "atomic.txt", lambda tmp: open(tmp, "w").write("x"))
+    assert atomic.stat().st_mode == plain.stat().st_mode

@@ -20,9 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--task", default="dates", choices=["dates", "copy"],
                    help="dates: free English dates -> ISO (default); copy: copy random strings")
     t.add_argument("--preset", default="transformer-tiny")
-    t.add_argument("--steps", type=int, default=1500)
-    t.add_argument("--max-tokens", type=int, default=1536, help="padded tokens per batch")
-    t.add_argument("--warmup", type=int, default=300)
+    t.add_argument("--steps", type=int, default=1000)
+    t.add_argument("--max-tokens", type=int, default=1024, help="padded tokens per batch")
+    t.add_argument("--warmup", type=int, default=200, help="warm-up steps of the schedule (section 5.3)")
+    t.add_argument("--lr-factor", type=float, default=0.3, help="multiplies the schedule's learning rate")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", default="runs", help="folder that gets the run folder (default runs/)")
     t.add_argument("--name", default=None, help="run folder name (default: the task)")
@@ -54,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             from aiayn.cli.train import train
 
-            _positive(parser, args, "steps", "max_tokens", "warmup")
+            _positive(parser, args, "steps", "max_tokens", "warmup", "lr_factor")
             train(task=args.task, preset=args.preset, steps=args.steps, max_tokens=args.max_tokens,
-                  warmup=args.warmup, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
+                  warmup=args.warmup, lr_factor=args.lr_factor, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
         elif args.command == "translate":
             from aiayn.cli.train import translate
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import aiayn
-from aiayn.data import CharTokenizer, encode_pairs, make_pairs, seq2seq_batch, token_batches
+from aiayn.data import encode_pairs, load_tokenizer, make_pairs, seq2seq_batch, token_batches, train_tokenizers
 from aiayn.decoding import greedy
 from aiayn.io import write_json
 from aiayn.layers import record_attention
@@ -63,10 +63,10 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
 def train(
     task: str = "dates",
     preset: str = "transformer-tiny",
-    steps: int = 1500,
-    max_tokens: int = 1536,
-    warmup: int = 300,
-    lr_factor: float = 1.0,
+    steps: int = 1000,
+    max_tokens: int = 1024,
+    warmup: int = 200,
+    lr_factor: float = 0.3,
     label_smoothing: float = 0.1,
     n_train: int = 50_000,
     n_test: int = 500,
@@ -80,6 +80,12 @@ def train(
 ) -> dict[str, Any]:
     """Train a Transformer on a task the package makes itself and evaluate it on held-out pairs.
 
+    The recipe is the paper's (label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up then inverse square
+    root decay, dropout 0.1), scaled to a two-minute CPU run: 1,000 steps of about 1,000 tokens, a short
+    warm-up, and the schedule multiplied by ``lr_factor`` = 0.3. The unscaled rate (peak 6e-3 at
+    d_model 128 with 200 warm-up steps) is too high for this small post-norm model: at factor 1 it learns
+    slowly and at 2 it diverges.
+
     Returns:
         ``{"run": folder, "exact_match": float, "loss": last loss, "seconds": float, "samples": [...]}``.
     """
@@ -87,8 +93,7 @@ def train(
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     train_pairs, test_pairs = make_pairs(task, n_train, n_test, seed)
-    src_tok = CharTokenizer.train(s for s, _ in train_pairs)
-    tgt_tok = CharTokenizer.train(t for _, t in train_pairs)
+    src_tok, tgt_tok = train_tokenizers(train_pairs, kind="char", joint=False)
     cfg = aiayn.preset(preset, src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
                        share_embeddings=False, **overrides)
     model = aiayn.build(cfg)
@@ -140,7 +145,7 @@ def load_run(run: str | os.PathLike):
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
     model = aiayn.load(run).eval()
-    return model, CharTokenizer.load(run / "src_tokenizer.json"), CharTokenizer.load(run / "tgt_tokenizer.json")
+    return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
 
 
 def translate(run: str | os.PathLike, texts: list[str]) -> list[str]:

@@ -33,6 +33,7 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     cache = model.new_cache(max_len) if use_cache else None
     for _ in range(max_len):
         logits = model.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (B, V)
+        logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
         nxt = logits.argmax(-1).masked_fill(done, cfg.pad_id)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated
         done |= nxt == cfg.eos_id

@@ -61,6 +61,8 @@ class TransformerConfig:
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"{name}={getattr(self, name)} must be a token id inside both vocabularies")
+        if len({self.pad_id, self.bos_id, self.eos_id}) < 3:
+            raise ValueError(f"pad_id={self.pad_id}, bos_id={self.bos_id}, eos_id={self.eos_id} must be different ids")
 
     @property
     def d_head(self) -> int:
