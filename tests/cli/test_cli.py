@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from shared import DATA
 
 import pytest
 
@@ -62,7 +63,35 @@ def test_no_arguments_prints_help():
     assert out.returncode == 0 and "train" in out.stdout and "translate" in out.stdout
 
 
+MULTI30K = DATA / "multi30k"
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
+    result = train(data="multi30k", data_dir=str(MULTI30K), vocab_size=2000, steps=300, eval_every=100,
+                   max_tokens=1024, warmup=100, lr_factor=0.5, out=tmp_path, progress=False, verbose=False,
+                   d_model=64, d_ff=256)
+    losses = [e["val_loss"] for e in result["validation"]]
+    assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
+    assert result["bleu"] > 0.5 and result["validation"][-1]["bleu"] >= 0
+    run = result["run"]
+    assert (run / "best.safetensors").is_file() and (run / "history.csv").read_text().startswith("step,loss,nll")
+    # the translation filter: one output line per input line
+    out = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--run", str(run)], input="Ein Hund.\nEin Mann.\n",
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2
+
+
 @pytest.mark.slow
 def test_default_job_reaches_95_percent_exact_match(tmp_path):
     result = train(out=tmp_path, progress=False, verbose=False)
     assert result["exact_match"] >= 0.95
+
+
+def test_average_command_writes_a_loadable_checkpoint(copy_run, tmp_path):
+    import aiayn
+
+    out = run_cli("average", str(copy_run["run"]), str(copy_run["run"] / "best.safetensors"), "--out",
+                  str(tmp_path / "avg.safetensors"))
+    assert out.returncode == 0, out.stderr
+    assert aiayn.load(tmp_path / "avg.safetensors").cfg == aiayn.load(copy_run["run"]).cfg

@@ -8,7 +8,7 @@ from aiayn.data.batching import seq2seq_batch
 from aiayn.data.bpe import BPETokenizer, load_tokenizer, train_tokenizers
 from aiayn.data.tokenizer import SPECIALS, CharTokenizer
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from shared import DATA  # noqa: E402
 CMN = DATA / "tatoeba-cmn-eng" / "cmn.txt"
 
 SENTENCES = [

@@ -19,9 +19,22 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model; with no arguments, the default job (about two minutes on a CPU)")
     t.add_argument("--task", default="dates", choices=["dates", "copy"],
                    help="dates: free English dates -> ISO (default); copy: copy random strings")
+    t.add_argument("--data", nargs="+", default=None, metavar="DATA",
+                   help="a corpus instead of a synthetic task: 'multi30k' (with --data-dir), a TSV file of pairs "
+                        "(Tatoeba's cmn.txt), or two aligned text files (plain or .gz)")
+    t.add_argument("--data-dir", default=None, help="folder of the Multi30k files")
+    t.add_argument("--src-lang", default="de")
+    t.add_argument("--tgt-lang", default="en")
+    t.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
+                   help="default: char for synthetic tasks, joint BPE for a corpus")
+    t.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary size")
+    t.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 500; 1000 for a corpus file)")
     t.add_argument("--preset", default="transformer-tiny")
     t.add_argument("--steps", type=int, default=1000)
     t.add_argument("--max-tokens", type=int, default=1024, help="padded tokens per batch")
+    t.add_argument("--accum", type=int, default=1, help="batches per update (gradient accumulation)")
+    t.add_argument("--eval-every", type=int, default=0, help="validate every N updates, keeping the best checkpoint")
+    t.add_argument("--beam", type=int, default=1, help="beam size of the final evaluation (1 = greedy)")
     t.add_argument("--warmup", type=int, default=200, help="warm-up steps of the schedule (section 5.3)")
     t.add_argument("--lr-factor", type=float, default=0.3, help="multiplies the schedule's learning rate")
     t.add_argument("--seed", type=int, default=0)
@@ -31,7 +44,12 @@ def _parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="translate text with a saved run")
     tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
-    tr.add_argument("text", nargs="+")
+    tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
+
+    a = sub.add_parser("average", help="average checkpoints (the paper averages its last 5, section 6.1)")
+    a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
+    a.add_argument("--out", required=True, help="file or folder for the averaged checkpoint")
 
     c = sub.add_parser("count", help="parameters of a preset, by part")
     c.add_argument("preset")
@@ -55,14 +73,30 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             from aiayn.cli.train import train
 
-            _positive(parser, args, "steps", "max_tokens", "warmup", "lr_factor")
-            train(task=args.task, preset=args.preset, steps=args.steps, max_tokens=args.max_tokens,
-                  warmup=args.warmup, lr_factor=args.lr_factor, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
+            _positive(parser, args, "steps", "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size")
+            if args.eval_every < 0:
+                parser.error(f"--eval-every must be >= 0, got {args.eval_every}")
+            n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
+            train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
+                  tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size, preset=args.preset,
+                  steps=args.steps, max_tokens=args.max_tokens, accum=args.accum, eval_every=args.eval_every,
+                  beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
+                  out=args.out, name=args.name, progress=not args.no_progress)
         elif args.command == "translate":
             from aiayn.cli.train import translate
 
-            for src, hyp in zip(args.text, translate(args.run, args.text)):
-                print(f"{src} -> {hyp}")
+            _positive(parser, args, "beam")
+            if args.text:
+                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam)):
+                    print(f"{src} -> {hyp}")
+            else:  # a filter: one translation per input line, in order
+                lines = [line.rstrip("\n") for line in sys.stdin]
+                for hyp in translate(args.run, lines, beam=args.beam):
+                    print(hyp)
+        elif args.command == "average":
+            from aiayn.training import average_checkpoints
+
+            print(f"averaged {len(args.checkpoints)} checkpoints into {average_checkpoints(args.checkpoints, args.out)}")
         elif args.command == "count":
             from aiayn.analysis import parameter_table
             from aiayn.models import preset

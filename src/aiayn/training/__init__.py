@@ -1,10 +1,11 @@
 """Losses, optimiser and schedule, the loop, checkpoints."""
 
 from aiayn.io import atomic_write, write_json, write_text
+from aiayn.training.average import average_checkpoints
 from aiayn.training.checkpoint import load, save
 from aiayn.training.loop import fit
 from aiayn.training.losses import label_smoothed_loss
 from aiayn.training.schedule import noam_lr, noam_optimizer
 
-__all__ = ["atomic_write", "load", "save", "write_json", "write_text", "fit", "label_smoothed_loss", "noam_lr",
+__all__ = ["average_checkpoints", "atomic_write", "load", "save", "write_json", "write_text", "fit", "label_smoothed_loss", "noam_lr",
            "noam_optimizer"]

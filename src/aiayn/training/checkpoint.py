@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from safetensors import safe_open
 from safetensors.torch import load_model, save_model
@@ -20,9 +19,10 @@ from aiayn.io import atomic_write
 WEIGHTS = "model.safetensors"
 
 
-def _weights_path(path: str | os.PathLike) -> Path:
+def weights_path(path: str | os.PathLike) -> Path:
+    """``path`` itself for a ``.safetensors`` file, else ``path/model.safetensors`` (a run folder)."""
     path = Path(path)
-    return path / WEIGHTS if path.is_dir() or not path.suffix else path
+    return path if path.suffix == ".safetensors" and not path.is_dir() else path / WEIGHTS
 
 
 def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
@@ -31,14 +31,14 @@ def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | N
     from aiayn.models import config_to_dict
 
     meta = {"format": "pt", "aiayn_config": json.dumps(config_to_dict(model.cfg)), **(metadata or {})}
-    return atomic_write(_weights_path(path), lambda tmp: save_model(model, tmp, metadata=meta))
+    return atomic_write(weights_path(path), lambda tmp: save_model(model, tmp, metadata=meta))
 
 
 def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
     """The model saved at ``path`` (file or run folder), rebuilt from its stored config."""
     from aiayn.models import build, config_from_dict
 
-    file = _weights_path(path)
+    file = weights_path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no checkpoint at {file}")
     try:

@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+import aiayn
+from aiayn.data import collate
+from aiayn.training import fit, label_smoothed_loss
+
+
+def loss_fn(model, batch):
+    src, tgt_in, tgt_out = batch
+    return label_smoothed_loss(model(src, tgt_in), tgt_out, model.cfg.pad_id, 0.1)
+
+
+def test_accumulating_two_batches_equals_one_batch_twice_as_large():
+    a = [([5, 6, 7, 2], [4, 5, 6]), ([8, 2], [9])]
+    b = [([9, 9, 9, 9, 9, 9, 2], [7, 8, 9, 10, 11]), ([5, 2], [4, 4])]
+    trained = []
+    for accum, batches in ((2, [collate(a, 0, 1, 2), collate(b, 0, 1, 2)]), (1, [collate(a + b, 0, 1, 2)])):
+        torch.manual_seed(0)
+        model = aiayn.build("transformer-tiny", src_vocab_size=16, tgt_vocab_size=16, d_model=32, dropout=0.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        fit(model, iter(batches), 1, opt, loss_fn, clip=None, accum=accum, progress=False)
+        trained.append(model.state_dict())
+    for name, p in trained[0].items():
+        torch.testing.assert_close(p, trained[1][name], atol=1e-6, rtol=1e-6, msg=name)
+    assert not torch.equal(trained[0]["encoder.layers.0.ff.fc1.weight"],
+                           aiayn.build("transformer-tiny", src_vocab_size=16, tgt_vocab_size=16,
+                                       d_model=32).state_dict()["encoder.layers.0.ff.fc1.weight"])
+
+
+def test_a_nan_loss_stops_the_run_and_names_the_step():
+    model = torch.nn.Linear(2, 2)
+    calls = iter(range(100))
+
+    def bad_loss(model, batch):
+        n = next(calls)
+        value = model(torch.ones(1, 2)).sum() * (float("nan") if n == 3 else 1.0)
+        return value, value.detach(), 1
+
+    with pytest.raises(FloatingPointError, match="at step 4"):
+        fit(model, iter(range(100)), 10, torch.optim.SGD(model.parameters(), lr=0.1), bad_loss, progress=False)
+
+
+def test_callback_runs_every_n_steps_and_at_the_end():
+    model = torch.nn.Linear(2, 1)
+    seen = []
+
+    def loss(model, batch):
+        out = model(torch.ones(1, 2)).pow(2).sum()
+        return out, out.detach(), 1
+
+    history = fit(model, iter(range(100)), 7, torch.optim.SGD(model.parameters(), lr=0.01), loss, progress=False,
+                  every=3, callback=lambda step, h: seen.append((step, len(h))))
+    assert seen == [(3, 3), (6, 6), (7, 7)]
+    assert [r["step"] for r in history] == list(range(1, 8)) and history[-1]["loss"] < history[0]["loss"]
