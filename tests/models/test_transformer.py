@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -147,7 +149,7 @@ def test_unknown_preset_suggests_the_closest():
 
 def test_configs_are_frozen():
     cfg = aiayn.preset("transformer-tiny")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.d_model = 3
 
 

@@ -218,7 +218,7 @@ def train(
 
     width = min(max(len(s["source"]) for s in samples[:show]), 60) if show else 0
     if show:
-        say(f"\nheld-out examples: source -> output   [reference]")
+        say("\nheld-out examples: source -> output   [reference]")
     for s in samples[:show]:
         mark = "ok" if s["output"] == s["reference"] else "--"
         say(f"  {s['source']:>{width}} -> {s['output']}   [{s['reference']}] {mark}")

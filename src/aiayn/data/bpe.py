@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer
+from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer, content_ids
 from aiayn.io import write_text
 
 # The byte alphabet every byte-level vocabulary holds, plus the four specials.
@@ -104,16 +104,7 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``, stopping at ``</s>`` and skipping ``<pad>`` and ``<s>``; unknown ids read ``<unk>``."""
-        keep = []
-        size = self.vocab_size
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS):
-                continue
-            keep.append(i if 0 <= i < size else UNK)
-        return self.tokenizer.decode(keep, skip_special_tokens=False)
+        return self.tokenizer.decode(content_ids(ids, self.vocab_size), skip_special_tokens=False)
 
     def to_json(self) -> dict:
         """The ``tokenizers`` JSON of this tokenizer (what :meth:`save` writes)."""

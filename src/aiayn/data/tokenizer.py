@@ -16,6 +16,19 @@ SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD, BOS, EOS, UNK = range(4)
 
 
+def content_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
+    """The ids a decoder turns into text: up to the first ``</s>``, without ``<pad>`` and ``<s>``,
+    ids outside the vocabulary read as ``<unk>``. Every tokenizer here decodes through it."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i not in (PAD, BOS):
+            out.append(i if 0 <= i < vocab_size else UNK)
+    return out
+
+
 class CharTokenizer:
     """Characters seen in training get ids; anything else is ``<unk>``."""
 
@@ -43,15 +56,7 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``, stopping at ``</s>`` and skipping ``<pad>`` and ``<s>``."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS):
-                continue
-            out.append(self.itos[i] if 0 <= i < len(self.itos) else SPECIALS[UNK])
-        return "".join(out)
+        return "".join(self.itos[i] for i in content_ids(ids, self.vocab_size))
 
     def to_json(self) -> dict:
         return {"type": "char", "vocab": self.itos}
