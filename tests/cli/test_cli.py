@@ -80,6 +80,17 @@ def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
     out = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--run", str(run)], input="Ein Hund.\nEin Mann.\n",
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 2
+    # evaluate scores the saved run on the test split, agreeing with sacrebleu on the same outputs
+    import sacrebleu
+
+    from aiayn.cli.train import evaluate, translate
+    from aiayn.data import multi30k
+
+    scores = evaluate(run, "multi30k", str(MULTI30K), split="test_2016_flickr", beam=1)
+    test = multi30k(str(MULTI30K), "test_2016_flickr")
+    hyps = translate(run, [s for s, _ in test])
+    assert scores["n"] == 1000
+    assert abs(scores["bleu"] - sacrebleu.corpus_bleu(hyps, [[t for _, t in test]]).score) < 1e-9
 
 
 @pytest.mark.slow

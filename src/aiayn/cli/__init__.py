@@ -47,6 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
 
+    e = sub.add_parser("evaluate", help="BLEU and chrF of a saved run on a corpus")
+    e.add_argument("--run", required=True, help="run folder written by `aiayn train`")
+    e.add_argument("--data", nargs="+", required=True, help="'multi30k', a TSV file of pairs, or two aligned files")
+    e.add_argument("--data-dir", default=None, help="folder of the Multi30k files")
+    e.add_argument("--split", default="test_2016_flickr", help="Multi30k split (train, val, test_2016_flickr)")
+    e.add_argument("--src-lang", default="de")
+    e.add_argument("--tgt-lang", default="en")
+    e.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy)")
+
     a = sub.add_parser("average", help="average checkpoints (the paper averages its last 5, section 6.1)")
     a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
     a.add_argument("--out", required=True, help="file or folder for the averaged checkpoint")
@@ -93,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
                 lines = [line.rstrip("\n") for line in sys.stdin]
                 for hyp in translate(args.run, lines, beam=args.beam):
                     print(hyp)
+        elif args.command == "evaluate":
+            from aiayn.cli.train import evaluate
+
+            _positive(parser, args, "beam")
+            r = evaluate(args.run, args.data, args.data_dir, args.split, args.src_lang, args.tgt_lang, args.beam)
+            print(f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  exact match {r['exact_match']:.1%}  on {r['n']:,} "
+                  f"pairs, beam {args.beam}\n{r['signature']}")
         elif args.command == "average":
             from aiayn.training import average_checkpoints
 

@@ -261,3 +261,40 @@ def translate(run: str | os.PathLike, texts: list[str], beam: int = 1) -> list[s
     """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``)."""
     model, src_tok, tgt_tok = load_run(run)
     return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
+
+
+def evaluate(
+    run: str | os.PathLike,
+    data: str | list[str],
+    data_dir: str | None = None,
+    split: str = "test_2016_flickr",
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    beam: int = 4,
+) -> dict[str, Any]:
+    """Corpus BLEU and chrF (sacrebleu, detokenized; ``zh`` tokenizer for Chinese) of a saved run.
+
+    Args:
+        data: ``"multi30k"`` (its ``split`` from ``data_dir``), a TSV file of pairs, or two aligned files;
+            every pair of the file is scored.
+        beam: beam size (4, as the paper decodes); 1 is greedy.
+
+    Returns:
+        ``{"bleu", "chrf", "signature", "n", "exact_match"}``.
+    """
+    from aiayn.evaluation import corpus_scores, exact_match
+
+    paths = [data] if isinstance(data, str) else list(data)
+    if paths == ["multi30k"]:
+        if data_dir is None:
+            raise ValueError("data='multi30k' needs data_dir, the folder with its six .gz files")
+        pairs = multi30k(data_dir, split, src_lang, tgt_lang)
+    elif len(paths) == 1:
+        pairs = read_tsv(paths[0])
+    elif len(paths) == 2:
+        pairs = read_parallel(*paths)
+    else:
+        raise ValueError(f"data must be 'multi30k', one TSV file or two aligned files, got {len(paths)} paths")
+    hyps = translate(run, [s for s, _ in pairs], beam=beam)
+    refs = [t for _, t in pairs]
+    return {**corpus_scores(hyps, refs, tgt_lang), "exact_match": exact_match(hyps, refs)}
