@@ -69,6 +69,21 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
                                row_label="decoder layer")
 
 
+def read_corpus(data: str | list[str], data_dir: str | None = None, split: str = "train", src_lang: str = "de",
+                tgt_lang: str = "en") -> Pairs:
+    """Pairs of ``"multi30k"`` (its ``split`` from ``data_dir``), a TSV file, or two aligned files."""
+    paths = [data] if isinstance(data, str) else list(data)
+    if paths == ["multi30k"]:
+        if data_dir is None:
+            raise ValueError("data='multi30k' needs data_dir, the folder with its six .gz files")
+        return multi30k(data_dir, split, src_lang, tgt_lang)
+    if len(paths) == 1:
+        return read_tsv(paths[0])
+    if len(paths) == 2:
+        return read_parallel(*paths)
+    raise ValueError(f"data must be 'multi30k', one TSV file or two aligned files, got {len(paths)} paths")
+
+
 def load_pairs(task: str, data: str | list[str] | None, data_dir: str | None, src_lang: str, tgt_lang: str,
                n_train: int, n_test: int, seed: int) -> tuple[str, Pairs, Pairs]:
     """``(name, train, held_out)`` for a synthetic task or a corpus.
@@ -80,19 +95,11 @@ def load_pairs(task: str, data: str | list[str] | None, data_dir: str | None, sr
     if data is None:
         train, test = make_pairs(task, n_train, n_test, seed)
         return task, train, test
+    if data == "multi30k" or data == ["multi30k"]:
+        return (f"multi30k-{src_lang}-{tgt_lang}", read_corpus(data, data_dir, "train", src_lang, tgt_lang),
+                read_corpus(data, data_dir, "val", src_lang, tgt_lang))
     paths = [data] if isinstance(data, str) else list(data)
-    if paths == ["multi30k"]:
-        if data_dir is None:
-            raise ValueError("data='multi30k' needs data_dir, the folder with its six .gz files")
-        return (f"multi30k-{src_lang}-{tgt_lang}", multi30k(data_dir, "train", src_lang, tgt_lang),
-                multi30k(data_dir, "val", src_lang, tgt_lang))
-    if len(paths) == 1:
-        pairs = read_tsv(paths[0])
-    elif len(paths) == 2:
-        pairs = read_parallel(*paths)
-    else:
-        raise ValueError(f"data must be 'multi30k', one TSV file or two aligned files, got {len(paths)} paths")
-    pairs = list(pairs)
+    pairs = list(read_corpus(paths))
     random.Random(seed).shuffle(pairs)
     if len(pairs) <= n_test:
         raise ValueError(f"data holds {len(pairs)} pairs, not more than the {n_test} to hold out (n_test)")
@@ -284,17 +291,7 @@ def evaluate(
     """
     from aiayn.evaluation import corpus_scores, exact_match
 
-    paths = [data] if isinstance(data, str) else list(data)
-    if paths == ["multi30k"]:
-        if data_dir is None:
-            raise ValueError("data='multi30k' needs data_dir, the folder with its six .gz files")
-        pairs = multi30k(data_dir, split, src_lang, tgt_lang)
-    elif len(paths) == 1:
-        pairs = read_tsv(paths[0])
-    elif len(paths) == 2:
-        pairs = read_parallel(*paths)
-    else:
-        raise ValueError(f"data must be 'multi30k', one TSV file or two aligned files, got {len(paths)} paths")
+    pairs = read_corpus(data, data_dir, split, src_lang, tgt_lang)
     hyps = translate(run, [s for s, _ in pairs], beam=beam)
     refs = [t for _, t in pairs]
     return {**corpus_scores(hyps, refs, tgt_lang), "exact_match": exact_match(hyps, refs)}
