@@ -5,6 +5,7 @@
     model = aiayn.build(cfg)
     aiayn.count_parameters(model)
     aiayn.save(model, "runs/x"); model = aiayn.load("runs/x")
+    model = aiayn.from_hf(hf_model_or_folder)
 """
 
 from aiayn.analysis import count_parameters
@@ -12,4 +13,14 @@ from aiayn.models import build, preset, presets
 from aiayn.training.checkpoint import load, save
 
 __version__ = "0.1.0"
-__all__ = ["build", "preset", "presets", "count_parameters", "save", "load", "__version__"]
+
+
+def from_hf(source):
+    """An aiayn model computing what a Hugging Face model (or a local Hugging Face folder) computes;
+    see :func:`aiayn.convert.from_hf`."""
+    from aiayn.convert import from_hf as convert
+
+    return convert(source)
+
+
+__all__ = ["build", "preset", "presets", "count_parameters", "save", "load", "from_hf", "__version__"]

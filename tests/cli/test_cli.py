@@ -4,7 +4,9 @@ import sys
 from shared import DATA
 
 import pytest
+import torch
 
+import aiayn
 from aiayn.cli import main
 from aiayn.cli.train import train, translate
 
@@ -106,3 +108,21 @@ def test_average_command_writes_a_loadable_checkpoint(copy_run, tmp_path):
                   str(tmp_path / "avg.safetensors"))
     assert out.returncode == 0, out.stderr
     assert aiayn.load(tmp_path / "avg.safetensors").cfg == aiayn.load(copy_run["run"]).cfg
+
+
+def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
+    common = dict(task="copy", warmup=10, max_tokens=256, n_train=500, n_test=20, progress=False, verbose=False,
+                  show=0, d_model=32, d_ff=64)
+    straight = train(steps=24, out=tmp_path / "a", **common)
+    first = train(steps=14, save_every=5, out=tmp_path / "b", **common)
+    from aiayn.cli.train import resume_training
+
+    resumed = resume_training(first["run"], steps=24, verbose=False, progress=False, show=0)
+    assert resumed["run"] == first["run"]
+    a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
+    log = (resumed["run"] / "history.csv").read_text().splitlines()
+    assert len(log) == 25 and log[0].startswith("step,loss")
+    out = run_cli("train", "--resume", str(tmp_path / "nothing"))
+    assert out.returncode == 2 and "holds no args.json" in out.stderr

@@ -30,10 +30,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary size")
     t.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 500; 1000 for a corpus file)")
     t.add_argument("--preset", default="transformer-tiny")
-    t.add_argument("--steps", type=int, default=1000)
+    t.add_argument("--steps", type=int, default=None, help="optimizer updates (default 1000)")
     t.add_argument("--max-tokens", type=int, default=1024, help="padded tokens per batch")
     t.add_argument("--accum", type=int, default=1, help="batches per update (gradient accumulation)")
     t.add_argument("--eval-every", type=int, default=0, help="validate every N updates, keeping the best checkpoint")
+    t.add_argument("--save-every", type=int, default=500,
+                   help="write the training state every N updates (and on Ctrl-C), so --resume can continue")
+    t.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR where it stopped, with its own arguments (--steps may extend it)")
+    t.add_argument("--bf16", action="store_true", help="bf16 autocast (slow on CPUs without bf16 units)")
     t.add_argument("--beam", type=int, default=1, help="beam size of the final evaluation (1 = greedy)")
     t.add_argument("--warmup", type=int, default=200, help="warm-up steps of the schedule (section 5.3)")
     t.add_argument("--lr-factor", type=float, default=0.3, help="multiplies the schedule's learning rate")
@@ -80,16 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.command == "train":
-            from aiayn.cli.train import train
+            from aiayn.cli.train import resume_training, train
 
-            _positive(parser, args, "steps", "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size")
-            if args.eval_every < 0:
-                parser.error(f"--eval-every must be >= 0, got {args.eval_every}")
+            if args.steps is not None:
+                _positive(parser, args, "steps")
+            if args.resume:
+                resume_training(args.resume, args.steps, progress=not args.no_progress)
+                return 0
+            _positive(parser, args, "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size")
+            for name in ("eval_every", "save_every"):
+                if getattr(args, name) < 0:
+                    parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
             n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
             train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
                   tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size, preset=args.preset,
-                  steps=args.steps, max_tokens=args.max_tokens, accum=args.accum, eval_every=args.eval_every,
-                  beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
+                  steps=args.steps or 1000, max_tokens=args.max_tokens, accum=args.accum,
+                  eval_every=args.eval_every, save_every=args.save_every, bf16=args.bf16, beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
                   out=args.out, name=args.name, progress=not args.no_progress)
         elif args.command == "translate":
             from aiayn.cli.train import translate
@@ -127,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        print(f"\naiayn {args.command}: interrupted: {e}", file=sys.stderr)
+        return 130
     return 0
 
 

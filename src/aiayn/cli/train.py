@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import random
 import time
@@ -25,7 +26,7 @@ from aiayn.data import (encode_pairs, load_tokenizer, make_pairs, multi30k, read
 from aiayn.decoding import beam_search, greedy
 from aiayn.io import write_json, write_text
 from aiayn.layers import record_attention
-from aiayn.training import fit, label_smoothed_loss, noam_optimizer
+from aiayn.training import fit, label_smoothed_loss, load_train_state, noam_optimizer, save_train_state
 
 Pairs = list[tuple[str, str]]
 
@@ -122,6 +123,8 @@ def train(
     lr_factor: float = 0.3,
     label_smoothing: float = 0.1,
     eval_every: int = 0,
+    save_every: int = 500,
+    bf16: bool = False,
     beam: int = 1,
     n_train: int = 50_000,
     n_test: int = 500,
@@ -131,6 +134,7 @@ def train(
     progress: bool = True,
     show: int = 8,
     verbose: bool = True,
+    resume: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train a Transformer on a synthetic task or a corpus and evaluate it on held-out pairs.
@@ -147,12 +151,19 @@ def train(
         accum: batches per update (gradient accumulation).
         eval_every: validation loss (and BLEU) every this many updates, keeping the best checkpoint
             as ``best.safetensors``; 0 evaluates only at the end.
+        save_every: write ``train_state.safetensors`` (weights, optimizer, schedule, data position,
+            random state) every this many updates, at the end, and on Ctrl-C or SIGTERM.
+        bf16: forward and loss under bf16 autocast (slow on CPUs without bf16 units).
+        resume: a run folder to continue (use :func:`resume_training`, which reads its arguments).
         beam: beam size for the final evaluation (1 = greedy).
         overrides: config fields of the preset (``d_model=256``, ``dropout=0.0``, ...).
 
     Returns:
         ``{"run", "exact_match", "bleu", "chrf", "val_loss", "loss", "seconds", "samples", "history"}``.
     """
+    args = {k: v for k, v in locals().items() if k not in ("progress", "verbose", "show", "out", "name", "resume",
+                                                          "overrides")}
+    args.update(overrides)  # what resume_training needs to rebuild the same run
     from aiayn.evaluation import corpus_scores, exact_match
 
     say = print if verbose else (lambda *a, **k: None)
@@ -161,7 +172,11 @@ def train(
     run_name, train_pairs, test_pairs = load_pairs(task, data, data_dir, src_lang, tgt_lang, n_train, n_test, seed)
     kind = tokenizer or ("char" if data is None else "bpe")
     joint = kind == "bpe"
-    src_tok, tgt_tok = train_tokenizers(train_pairs, kind=kind, vocab_size=vocab_size, joint=joint)
+    if resume is None:
+        src_tok, tgt_tok = train_tokenizers(train_pairs, kind=kind, vocab_size=vocab_size, joint=joint)
+    else:
+        src_tok, tgt_tok = load_tokenizer(Path(resume) / "src_tokenizer.json"), load_tokenizer(
+            Path(resume) / "tgt_tokenizer.json")
     cfg = aiayn.preset(preset, **{"src_vocab_size": src_tok.vocab_size, "tgt_vocab_size": tgt_tok.vocab_size,
                                   "share_embeddings": joint, **overrides})
     model = aiayn.build(cfg)
@@ -175,9 +190,13 @@ def train(
         return label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, label_smoothing)
 
     held_out = encode_pairs(test_pairs, src_tok, tgt_tok)
-    run = new_run_dir(out, name or run_name)
-    src_tok.save(run / "src_tokenizer.json")
-    tgt_tok.save(run / "tgt_tokenizer.json")
+    if resume is None:
+        run = new_run_dir(out, name or run_name)
+        src_tok.save(run / "src_tokenizer.json")
+        tgt_tok.save(run / "tgt_tokenizer.json")
+        write_json(run / "args.json", args)
+    else:
+        run = Path(resume)
     evals: list[dict[str, float]] = []
 
     @torch.no_grad()
@@ -201,10 +220,25 @@ def train(
                 + (f", BLEU {record['bleu']:.1f}, chrF {record['chrf']:.1f}" if "bleu" in record else ""))
 
     optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup, lr_factor)
+    done, history = 0, []
+    if resume is not None:
+        state = load_train_state(run, model, optimizer, scheduler)
+        done, history, evals[:] = state["step"], state["extra"]["history"], state["extra"]["validation"]
+        say(f"resuming {run} after update {done} of {steps}")
+
+    def save_state(step: int, history: list[dict[str, float]]) -> None:
+        save_train_state(run, model, optimizer, scheduler, step, step * accum, {"history": history,
+                                                                               "validation": evals})
+        write_text(run / "history.csv", _csv(history))
+
     batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), max_tokens, cfg.pad_id, cfg.bos_id,
-                            cfg.eos_id, seed)
-    history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
-                  desc=f"train {run_name}", every=eval_every, callback=validate)
+                            cfg.eos_id, seed, start=done * accum)
+    try:
+        history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
+                      desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
+                      save=save_state, save_every=save_every, autocast="bf16" if bf16 else None)
+    except KeyboardInterrupt as e:
+        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
     aiayn.save(model, run)
 
     hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in test_pairs], beam=beam)
@@ -220,7 +254,6 @@ def train(
         "bleu_signature": scores["signature"], "val_loss": evals[-1]["val_loss"], "final_loss": history[-1]["loss"],
         "seconds": round(seconds, 1), "samples": samples[:50],
     })
-    write_text(run / "history.csv", _csv(history))
     picture = attention_picture(model, src_tok, tgt_tok, test_pairs[0][0], run / "attention.png")
 
     width = min(max(len(s["source"]) for s in samples[:show]), 60) if show else 0
@@ -236,6 +269,19 @@ def train(
     return {"run": run, "exact_match": score, "bleu": scores["bleu"], "chrf": scores["chrf"],
             "val_loss": evals[-1]["val_loss"], "loss": history[-1]["loss"], "seconds": seconds, "samples": samples,
             "history": history, "validation": evals}
+
+
+def resume_training(run: str | os.PathLike, steps: int | None = None, **display: Any) -> dict[str, Any]:
+    """Continue the run in folder ``run`` from its last saved state, with the arguments it was started
+    with (``steps`` may raise the number of updates). It ends with exactly the weights and log of a run
+    never interrupted. ``display``: ``progress``, ``verbose``, ``show``."""
+    run = Path(run)
+    if not (run / "args.json").is_file():
+        raise FileNotFoundError(f"{run} holds no args.json; is it a run folder written by `aiayn train`?")
+    args = json.loads((run / "args.json").read_text())
+    if steps is not None:
+        args["steps"] = steps
+    return train(**args, **display, resume=run)
 
 
 def _batches_once(pairs, max_tokens: int, cfg):

@@ -78,12 +78,18 @@ def length_batches(lengths: Sequence[int], max_tokens: int, rng: random.Random, 
 
 
 def token_batches(
-    pairs: Sequence[Pair], max_tokens: int, pad_id: int, bos_id: int, eos_id: int, seed: int = 0
+    pairs: Sequence[Pair], max_tokens: int, pad_id: int, bos_id: int, eos_id: int, seed: int = 0, start: int = 0
 ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
     """Endless ``(src, tgt_in, tgt_out)`` batches of at most ``max_tokens`` padded tokens (the longer of
-    source and target), regrouped every epoch, deterministic under ``seed``."""
+    source and target), regrouped every epoch, deterministic under ``seed``.
+
+    ``start`` skips that many batches without building them: a resumed run continues the same order.
+    """
     rng = random.Random(seed)
     lengths = [max(len(s), len(t) + 1) for s, t in pairs]
+    n = 0
     while True:
         for idx in length_batches(lengths, max_tokens, rng):
-            yield collate([pairs[i] for i in idx], pad_id, bos_id, eos_id)
+            n += 1
+            if n > start:
+                yield collate([pairs[i] for i in idx], pad_id, bos_id, eos_id)

@@ -15,7 +15,8 @@ A finished hypothesis is ranked by the length penalty of GNMT (Wu et al., 2016, 
 
     score = logprob_sum / lp(len),   lp(len) = ((5 + len) / 6) ** alpha
 
-with ``len`` the generated tokens, ``</s>`` included. A sentence is done when its worst finished score
+with ``len`` the generated tokens, ``</s>`` included. ``normalize="length"`` uses ``lp(len) = len ** alpha``
+instead, the length normalisation of fairseq and Hugging Face (``alpha = 1``: the mean log-probability). A sentence is done when its worst finished score
 beats anything a live beam could still reach (its log-prob can only fall, its ``lp`` is at most the one of
 the longest length still possible). Hypotheses still live at ``max_len`` are scored as they stand.
 
@@ -33,6 +34,14 @@ def gnmt_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+def length_power(length: int, alpha: float) -> float:
+    """``lp = length ** alpha``, as fairseq's ``lenpen`` and Hugging Face's ``length_penalty``."""
+    return length**alpha
+
+
+PENALTIES = {"gnmt": gnmt_penalty, "length": length_power}
+
+
 def _take(x: Tensor, index: Tensor) -> Tensor:
     """Entries ``index`` ``(B, N)`` of ``x`` ``(B, M, ...)`` along dim 1 -> ``(B, N, ...)``."""
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
@@ -47,6 +56,7 @@ def beam_search(
     max_len: int | None = None,
     use_cache: bool = True,
     return_scores: bool = False,
+    normalize: str = "gnmt",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence.
 
@@ -58,6 +68,8 @@ def beam_search(
         use_cache: reuse keys/values of earlier steps; ``False`` recomputes the whole prefix each step
             (same result, slower).
         return_scores: also return the summed log-probabilities (not length-normalised) of the hypotheses.
+        normalize: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, the paper's choice) or ``"length"``
+            (``len ** alpha``, Hugging Face's ``length_penalty`` with ``early_stopping="never"``).
 
     Returns:
         ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` (unless cut by ``max_len``) and padded
@@ -66,6 +78,9 @@ def beam_search(
     """
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
+    if normalize not in PENALTIES:
+        raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
+    penalty = PENALTIES[normalize]
     if src.dim() != 2:
         raise ValueError(f"src must be (B, S) token ids, got shape {tuple(src.shape)}")
     max_len = src.size(1) + 50 if max_len is None else max_len
@@ -106,7 +121,7 @@ def beam_search(
 
         # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
         # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
-        new_score = (top_sum / gnmt_penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (B, K)
+        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (B, K)
         new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=cfg.pad_id)  # (B, K, max_len)
         fin_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (B, K)
         fin_sum = _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep)  # (B, K)
@@ -123,14 +138,14 @@ def beam_search(
             break
         # The best a live beam can still reach: its log-prob only falls, and lp is largest at one end
         # of the lengths still possible (t+1 .. max_len).
-        reachable = live_sum[:, 0] / max(gnmt_penalty(t + 1, length_penalty), gnmt_penalty(max_len, length_penalty))
+        reachable = live_sum[:, 0] / max(penalty(t + 1, length_penalty), penalty(max_len, length_penalty))
         done |= fin_score[:, -1] >= reachable  # (B,)
         if bool(done.all()):
             break
 
     if not bool(done.all()):
         # Cut by max_len: live hypotheses of unfinished sentences compete as they stand.
-        stand = (live_sum / gnmt_penalty(max_len, length_penalty)).masked_fill(done[:, None], neg_inf)  # (B, K)
+        stand = (live_sum / penalty(max_len, length_penalty)).masked_fill(done[:, None], neg_inf)  # (B, K)
         live_seq = seqs.view(B, K, -1)[:, :, 1:]  # (B, K, max_len)
         fin_score = torch.cat([fin_score, stand], dim=1)  # (B, 2K)
         fin_sum = torch.cat([fin_sum, live_sum], dim=1)
@@ -145,4 +160,4 @@ def beam_search(
     return ids
 
 
-__all__ = ["beam_search", "gnmt_penalty"]
+__all__ = ["beam_search", "gnmt_penalty", "length_power"]

@@ -9,6 +9,7 @@ ACTIVATIONS = {
     "relu": F.relu,  # the paper
     "gelu": F.gelu,  # BERT, ViT, Swin (erf form)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2
+    "silu": F.silu,  # Marian (OPUS-MT), which calls it "swish"
 }
 
 

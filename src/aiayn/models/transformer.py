@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, Stack, causal_mask, combine, padding_mask
+from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, Stack, padding_mask
 from aiayn.layers.embedding import POSITIONAL
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
@@ -24,6 +24,8 @@ class TransformerConfig:
 
     ``share_embeddings`` uses one token table for source and target (a joint vocabulary);
     ``tie_output`` makes the pre-softmax projection share the target table's weights (section 3.4).
+    ``scale_embedding`` multiplies token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal
+    ``pad_id`` (Marian starts decoding with the pad token); ``eos_id`` must differ from both.
     """
 
     src_vocab_size: int = 37000
@@ -40,6 +42,7 @@ class TransformerConfig:
     max_len: int = 1024
     norm_first: bool = False
     layer_norm_eps: float = 1e-5
+    scale_embedding: bool = True
     share_embeddings: bool = True
     tie_output: bool = True
     pad_id: int = 0
@@ -61,8 +64,8 @@ class TransformerConfig:
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"{name}={getattr(self, name)} must be a token id inside both vocabularies")
-        if len({self.pad_id, self.bos_id, self.eos_id}) < 3:
-            raise ValueError(f"pad_id={self.pad_id}, bos_id={self.bos_id}, eos_id={self.eos_id} must be different ids")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ValueError(f"eos_id={self.eos_id} must differ from pad_id={self.pad_id} and bos_id={self.bos_id}")
 
     @property
     def d_head(self) -> int:
@@ -89,7 +92,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         emb = dict(d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional, dropout=cfg.dropout,
-                   padding_idx=cfg.pad_id)
+                   scale=cfg.scale_embedding, padding_idx=cfg.pad_id)
         self.src_embed = Embedding(cfg.src_vocab_size, **emb)
         shared = self.src_embed.tokens if cfg.share_embeddings else None
         self.tgt_embed = Embedding(cfg.tgt_vocab_size, tokens=shared, **emb)
@@ -134,14 +137,10 @@ class Transformer(nn.Module):
         start = 0 if cache is None else cache.length
         x = self.tgt_embed(tgt_ids, start=start)
         memory_mask = padding_mask(src_ids, self.cfg.pad_id)  # (B, 1, 1, S)
-        self_mask = None
-        is_causal = True
-        if cache is None and bool((tgt_ids == self.cfg.pad_id).any()):
-            # Padding and causal masks at once (section 3.2.3); without padding SDPA's causal path is used.
-            t = tgt_ids.size(1)
-            self_mask = combine(padding_mask(tgt_ids, self.cfg.pad_id), causal_mask(t, device=tgt_ids.device))
-            is_causal = False
-        x = self.decoder(x, memory, self_mask, memory_mask, is_causal, caches=cache)
+        # Targets are padded on the right, so the causal mask (section 3.2.3) already keeps every real
+        # position from seeing padding; no target padding mask is needed. (Marian starts decoding with
+        # the pad token itself, which a padding mask would wrongly hide.)
+        x = self.decoder(x, memory, None, memory_mask, True, caches=cache)
         return self.generator(x)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ from aiayn.training.checkpoint import load, save
 from aiayn.training.loop import fit
 from aiayn.training.losses import label_smoothed_loss
 from aiayn.training.schedule import noam_lr, noam_optimizer
+from aiayn.training.state import load_train_state, save_train_state
 
 __all__ = ["average_checkpoints", "atomic_write", "load", "save", "write_json", "write_text", "fit", "label_smoothed_loss", "noam_lr",
-           "noam_optimizer"]
+           "noam_optimizer", "load_train_state", "save_train_state"]

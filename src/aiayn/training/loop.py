@@ -2,11 +2,17 @@
 
 Gradient accumulation sums the losses of ``accum`` batches and divides the gradients by their total
 number of target tokens, so accumulating k batches is the same update as one batch k times larger.
+
+Ctrl-C (SIGINT) and SIGTERM do not cut an update in half: the loop finishes the update under way,
+calls ``save`` and then raises ``KeyboardInterrupt``. A second Ctrl-C stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +22,28 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, Tensor, int]]
+AUTOCAST = {None: None, "bf16": torch.bfloat16}
+
+
+@contextlib.contextmanager
+def _deferred_interrupts() -> Iterator[list[int]]:
+    """Turn SIGINT/SIGTERM into a flag the loop checks between updates (main thread only)."""
+    flag: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        if flag:  # asked twice: stop now
+            raise KeyboardInterrupt
+        flag.append(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def fit(
@@ -31,6 +59,11 @@ def fit(
     desc: str = "train",
     every: int = 0,
     callback: Callable[[int, list[dict[str, float]]], None] | None = None,
+    start: int = 0,
+    history: list[dict[str, float]] | None = None,
+    save: Callable[[int, list[dict[str, float]]], None] | None = None,
+    save_every: int = 0,
+    autocast: str | None = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``steps`` updates on ``batches``.
 
@@ -41,49 +74,76 @@ def fit(
         accum: batches per update (gradient accumulation).
         every, callback: ``callback(step, history)`` after every ``every``-th update and the last one
             (validation, checkpoints); the model is in training mode again after it.
+        start, history: resume after ``start`` updates, with their records (``batches`` must already
+            be positioned after the batches those updates consumed).
+        save: ``save(step, history)`` every ``save_every`` updates, after the last one, and when the
+            run is interrupted (after finishing the update under way); it writes what resuming needs.
+        autocast: ``"bf16"`` runs forward and loss under ``torch.autocast`` (bf16 needs no loss
+            scaling); ``None`` is full fp32. On CPUs without bf16 units it is far slower; measure first.
 
     Returns:
         One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``.
 
     Raises:
         FloatingPointError: the loss became NaN or infinite (the step is named).
+        KeyboardInterrupt: SIGINT or SIGTERM, after ``save``.
     """
     if accum < 1:
         raise ValueError(f"accum={accum} must be >= 1")
+    if autocast not in AUTOCAST:
+        raise ValueError(f"autocast={autocast!r} must be one of {list(AUTOCAST)}")
+    device = next(model.parameters()).device.type
     model.train()
-    history: list[dict[str, float]] = []
+    history = list(history or [])
     params = [p for p in model.parameters() if p.requires_grad]
-    bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
-    start = time.perf_counter()
-    for step in bar:
-        optimizer.zero_grad(set_to_none=True)
-        loss_total, nll_total, n_total = 0.0, 0.0, 0
-        for _ in range(accum):
-            loss_sum, nll_sum, n = loss_fn(model, next(batches))
-            loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
-            loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
-        if not math.isfinite(loss_total):
-            raise FloatingPointError(f"loss is {loss_total} at step {step}; stopping")
-        for p in params:
-            if p.grad is not None:
-                p.grad.div_(max(n_total, 1))
-        if clip is not None:
-            nn.utils.clip_grad_norm_(params, clip)
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        seconds = time.perf_counter() - start
-        record = {"step": step, "loss": loss_total / max(n_total, 1), "nll": nll_total / max(n_total, 1), "lr": lr,
-                  "tokens": n_total, "seconds": round(seconds, 3)}
-        history.append(record)
-        if step % 10 == 0 or step == steps:
-            tok_s = sum(r["tokens"] for r in history[-10:]) / max(seconds - history[-11]["seconds"], 1e-9) \
-                if len(history) > 10 else sum(r["tokens"] for r in history) / max(seconds, 1e-9)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
-        if callback is not None and ((every and step % every == 0) or step == steps):
-            callback(step, history)
-            model.train()
+    bar = tqdm(range(start + 1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False,
+               initial=start, total=steps)
+    t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    with _deferred_interrupts() as interrupted:
+        for step in bar:
+            _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device,
+                    AUTOCAST[autocast])
+            if step % 10 == 0 or step == steps:
+                bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{history[-1]['lr']:.2e}",
+                                tok_s=f"{_tokens_per_second(history):,.0f}")
+            if callback is not None and ((every and step % every == 0) or step == steps):
+                callback(step, history)
+                model.train()
+            if save is not None and ((save_every and step % save_every == 0) or step == steps or interrupted):
+                save(step, history)
+            if interrupted:
+                bar.close()
+                raise KeyboardInterrupt(f"stopped by signal {interrupted[0]} after step {step}")
     bar.close()
     model.eval()
     return history
+
+
+def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device, dtype):
+    """One optimizer update over ``accum`` batches; appends its record to ``history``."""
+    optimizer.zero_grad(set_to_none=True)
+    loss_total, nll_total, n_total = 0.0, 0.0, 0
+    for _ in range(accum):
+        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss_sum, nll_sum, n = loss_fn(model, next(batches))
+        loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
+        loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
+    if not math.isfinite(loss_total):
+        raise FloatingPointError(f"loss is {loss_total} at step {step}; stopping")
+    for p in params:
+        if p.grad is not None:
+            p.grad.div_(max(n_total, 1))
+    if clip is not None:
+        nn.utils.clip_grad_norm_(params, clip)
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    history.append({"step": step, "loss": loss_total / max(n_total, 1), "nll": nll_total / max(n_total, 1), "lr": lr,
+                    "tokens": n_total, "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def _tokens_per_second(history: list[dict[str, float]], window: int = 10) -> float:
+    recent = history[-window:]
+    before = history[-window - 1]["seconds"] if len(history) > window else 0.0
+    return sum(r["tokens"] for r in recent) / max(recent[-1]["seconds"] - before, 1e-9)

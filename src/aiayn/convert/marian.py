@@ -1,0 +1,100 @@
+"""Marian (OPUS-MT) -> our Transformer: the paper's model as deployed for hundreds of language pairs.
+
+Marian is post-norm, scales embeddings by sqrt(d_model), uses sinusoidal positions in the
+concatenated layout (all sines, then all cosines), SiLU ("swish") in its feed-forward, a final
+logits bias, and starts decoding with the pad token. Each is a field of our config, so the
+conversion is a key table:
+
+    model.encoder.embed_tokens (or .shared)  -> src_embed.tokens      (one table when the weights are equal)
+    model.decoder.embed_tokens (or .shared)  -> tgt_embed.tokens
+    *.layers.i.self_attn.{q,k,v}_proj        -> *.layers.i.self_attn.in_proj (fused, rows q | k | v)
+    *.layers.i.self_attn.out_proj            -> *.layers.i.self_attn.out_proj
+    decoder.layers.i.encoder_attn.*          -> decoder.layers.i.cross_attn.*
+    self_attn_layer_norm / encoder_attn_layer_norm / final_layer_norm -> norm1 / norm2 / norm2 or norm3
+    fc1, fc2                                 -> ff.fc1, ff.fc2
+    lm_head, final_logits_bias               -> generator.weight, generator.bias
+    *.embed_positions (a fixed table)        -> checked against ours, not stored
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from aiayn.convert.common import Source, attention, linear, load_converted
+from aiayn.layers.positional import sinusoidal_encoding
+from aiayn.models.transformer import Transformer, TransformerConfig
+
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
+               "gelu_pytorch_tanh": "gelu_tanh"}
+
+# (ours, theirs) per layer; attention entries map q/k/v/out_proj to our fused in_proj and out_proj.
+ENCODER_LAYER = [("self_attn", "self_attn"), ("norm1", "self_attn_layer_norm"), ("ff.fc1", "fc1"),
+                 ("ff.fc2", "fc2"), ("norm2", "final_layer_norm")]
+DECODER_LAYER = [("self_attn", "self_attn"), ("norm1", "self_attn_layer_norm"), ("cross_attn", "encoder_attn"),
+                 ("norm2", "encoder_attn_layer_norm"), ("ff.fc1", "fc1"), ("ff.fc2", "fc2"),
+                 ("norm3", "final_layer_norm")]
+
+
+def config(hf: dict[str, Any]) -> TransformerConfig:
+    """Our config for a ``MarianConfig`` (as a dict)."""
+    for ours, enc, dec in (("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+                           ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf[enc] != hf[dec]:
+            raise ValueError(f"{enc}={hf[enc]} and {dec}={hf[dec]} differ; our {ours} is one value for both")
+    if hf["activation_function"] not in ACTIVATIONS:
+        raise ValueError(f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}")
+    shared = hf.get("share_encoder_decoder_embeddings", True)
+    tgt_vocab = hf["vocab_size"] if shared else (hf.get("decoder_vocab_size") or hf["vocab_size"])
+    eos = hf["eos_token_id"][0] if isinstance(hf["eos_token_id"], list) else hf["eos_token_id"]
+    return TransformerConfig(
+        src_vocab_size=hf["vocab_size"], tgt_vocab_size=tgt_vocab, d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"], n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"], d_ff=hf["encoder_ffn_dim"], dropout=hf["dropout"],
+        attention_dropout=hf["attention_dropout"], activation=ACTIVATIONS[hf["activation_function"]],
+        positional="sinusoidal-concat", max_len=hf["max_position_embeddings"], norm_first=False,
+        scale_embedding=hf["scale_embedding"], share_embeddings=shared,
+        tie_output=hf.get("tie_word_embeddings", True), pad_id=hf["pad_token_id"],
+        bos_id=hf["decoder_start_token_id"], eos_id=eos,
+    )
+
+
+def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Marian") -> Transformer:
+    """Our :class:`Transformer` computing what the ``MarianMTModel`` with config ``hf`` and weights
+    ``tensors`` computes."""
+    src = Source(tensors, name)
+    # Which tables are tied is read from the weights themselves: a config may say "shared" while the
+    # checkpoint holds separate tables, and the modules use encoder/decoder.embed_tokens, not model.shared.
+    shared = src.take("model.shared.weight") if "model.shared.weight" in src else None
+    tables = []
+    for side in ("encoder", "decoder"):
+        key = f"model.{side}.embed_tokens.weight"
+        tables.append(src.take(key) if key in src else shared)
+        if tables[-1] is None:
+            raise ValueError(f"{name} has no weight {key!r} nor model.shared.weight (missing key)")
+    enc, dec = tables
+    head = src.take("lm_head.weight") if "lm_head.weight" in src else dec
+    cfg = dataclasses.replace(config(hf), src_vocab_size=enc.size(0), tgt_vocab_size=dec.size(0),
+                              share_embeddings=enc.shape == dec.shape and torch.equal(enc, dec),
+                              tie_output=head.shape == dec.shape and torch.equal(head, dec))
+    out: dict[str, Tensor] = {"src_embed.tokens.weight": enc, "tgt_embed.tokens.weight": dec, "generator.weight": head}
+    bias = src.take("final_logits_bias") if "final_logits_bias" in src else torch.zeros(1, cfg.tgt_vocab_size)
+    out["generator.bias"] = bias.reshape(-1)
+
+    table_pe = sinusoidal_encoding(cfg.max_len, cfg.d_model, "concat")
+    for side in ("encoder", "decoder"):
+        key = f"model.{side}.embed_positions.weight"
+        if key in src and not torch.allclose(src.take(key), table_pe, atol=1e-5):
+            raise ValueError(f"{name}: {key} is not the sinusoidal table (concatenated layout) we compute")
+
+    for side, n_layers, table in (("encoder", cfg.n_encoder_layers, ENCODER_LAYER),
+                                  ("decoder", cfg.n_decoder_layers, DECODER_LAYER)):
+        for i in range(n_layers):
+            for ours, theirs in table:
+                copy = attention if ours.endswith("attn") else linear
+                copy(src, f"{side}.layers.{i}.{ours}", f"model.{side}.layers.{i}.{theirs}", out)
+    src.check_all_taken()
+    return load_converted(Transformer(cfg), out, name)

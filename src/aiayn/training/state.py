@@ -1,0 +1,133 @@
+"""The training state a run needs to continue exactly where it stopped, in one safetensors file.
+
+    train_state.safetensors
+      model/<name>          every weight once (tied weights are stored under their first name)
+      optim/<i>/<key>       the optimizer's per-parameter tensors (Adam: step, exp_avg, exp_avg_sq)
+      rng/torch             the CPU generator (dropout), as it is at the start of the next update
+      metadata              JSON: step, batches consumed, optimizer param groups and scalars,
+                            scheduler state, and whatever the caller keeps (history, validations)
+
+One file, written atomically, so weights, optimizer and data position can never disagree after a
+crash; safetensors, so loading never runs code from the file. Resuming from it reproduces the
+uninterrupted run bit for bit on the CPU: the data order is replayed by skipping the batches
+already consumed, and the generator state is restored after the model is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor, nn
+
+from aiayn.io import atomic_write
+
+STATE = "train_state.safetensors"
+_META = "aiayn_train_state"
+
+
+def _unique(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict with each storage once (tied weights under their first name)."""
+    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
+    out = {}
+    for name, t in model.state_dict().items():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape))
+        if key not in seen:
+            seen.add(key)
+            out[name] = t
+    return out
+
+
+def save_train_state(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any | None,
+    step: int,
+    batches: int,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write the state after ``step`` updates and ``batches`` batches, atomically.
+
+    Args:
+        path: a file, or a run folder that gets ``train_state.safetensors``.
+        extra: JSON-serialisable data to keep with it (history, validation records).
+    """
+    path = Path(path)
+    file = path / STATE if path.is_dir() else path
+    tensors = {f"model/{k}": v.detach().contiguous() for k, v in _unique(model).items()}
+    opt = optimizer.state_dict()
+    scalars: dict[str, dict[str, Any]] = {}
+    for i, entry in opt["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, Tensor):
+                tensors[f"optim/{i}/{key}"] = value.contiguous()
+            else:
+                scalars.setdefault(str(i), {})[key] = value
+    tensors["rng/torch"] = torch.get_rng_state()
+    meta = {
+        "step": step,
+        "batches": batches,
+        "param_groups": opt["param_groups"],
+        "optim_scalars": scalars,
+        "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "extra": extra or {},
+    }
+    return atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata={_META: json.dumps(meta)}))
+
+
+def load_train_state(
+    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None
+) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and the torch generator from ``path``.
+
+    Returns:
+        ``{"step", "batches", "extra"}``.
+
+    Raises:
+        FileNotFoundError: no state at ``path``.
+        ValueError: the file is unreadable, or its weights do not fit ``model`` (the keys are named).
+    """
+    path = Path(path)
+    file = path / STATE if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no training state at {file}; was the run started by this version of aiayn?")
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            meta = json.loads((f.metadata() or {})[_META])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:
+        raise ValueError(f"{file} is not a readable training state (truncated or corrupted?): {e}") from e
+
+    weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
+    expected = _unique(model)
+    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    wrong = [f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+             if k in weights and weights[k].shape != v.shape]
+    if missing or unexpected or wrong:
+        raise ValueError(f"{file} does not fit the model: missing {missing}, unexpected {unexpected}, "
+                         f"misshapen {wrong}")
+    with torch.no_grad():
+        for k, v in expected.items():
+            v.copy_(weights[k])
+
+    state: dict[int, dict[str, Any]] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim/"):
+            _, i, key = k.split("/", 2)
+            state.setdefault(int(i), {})[key] = v
+    for i, entry in meta["optim_scalars"].items():
+        state.setdefault(int(i), {}).update(entry)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    if scheduler is not None and meta["scheduler"] is not None:
+        scheduler.load_state_dict(meta["scheduler"])
+    torch.set_rng_state(tensors["rng/torch"])
+    return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
+
+
+__all__ = ["STATE", "save_train_state", "load_train_state"]
