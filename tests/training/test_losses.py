@@ -67,3 +67,23 @@ def test_noam_optimizer_is_adam_with_the_paper_betas_and_follows_the_schedule():
         sched.step()
     assert rates[0] == pytest.approx(noam_lr(1, 512, 10))
     assert max(rates) == pytest.approx(rates[9]) == pytest.approx(512**-0.5 * 10**-0.5)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_loss_and_gradient_equal_the_smoothed_distribution_written_out(epsilon):
+    # The reference builds q explicitly and takes -sum q log softmax: what the paper describes.
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([[3, 4, 0, 0], [5, 1, 10, 0], [2, 2, 2, 7]])
+    q = torch.full((3, 4, 11), epsilon / 9, dtype=torch.float64)
+    q[..., 0] = 0.0
+    q.scatter_(2, target[..., None], 1 - epsilon)
+    q[target == 0] = 0.0
+    expected = -(q * logits.log_softmax(-1)).sum()
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    loss, nll, n = label_smoothed_loss(logits, target, pad_id=0, epsilon=epsilon)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert n == 9
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_loss(z, target, 0, epsilon)[0], (logits,))

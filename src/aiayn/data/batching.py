@@ -21,10 +21,9 @@ Pair = tuple[list[int], list[int]]
 
 def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
     """``(B, max_len)`` long tensor, right-padded with ``pad_id``."""
-    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-    return out
+    width = max(len(s) for s in seqs)
+    # One tensor from padded lists: a copy per row costs more than the model on short sentences.
+    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long)
 
 
 def encode_pairs(pairs: Sequence[tuple[str, str]], src_tok, tgt_tok) -> list[Pair]:

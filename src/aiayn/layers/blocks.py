@@ -40,6 +40,7 @@ class EncoderBlock(_Block):
         d_ff: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
@@ -47,7 +48,7 @@ class EncoderBlock(_Block):
         super().__init__(d_model, dropout, norm_first, eps)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
@@ -69,6 +70,7 @@ class DecoderBlock(_Block):
         d_ff: int,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
@@ -82,7 +84,7 @@ class DecoderBlock(_Block):
             self.norm2 = nn.LayerNorm(d_model, eps=eps)
         else:
             self.cross_attn = self.norm2 = None
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
 
     def forward(

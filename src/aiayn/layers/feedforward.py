@@ -14,9 +14,13 @@ ACTIVATIONS = {
 
 
 class FeedForward(nn.Module):
-    """Linear(C, d_ff) -> activation -> dropout -> Linear(d_ff, C), the same at every position."""
+    """Linear(C, d_ff) -> activation -> dropout -> Linear(d_ff, C), the same at every position.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, activation: str = "relu") -> None:
+    The inner ``dropout`` is not in the paper (section 5.4 drops sub-layer outputs and embedding sums);
+    tensor2tensor calls it ``relu_dropout``, fairseq and Marian ``activation_dropout``; 0 by default.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r} must be one of {sorted(ACTIVATIONS)}")

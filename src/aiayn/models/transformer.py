@@ -24,7 +24,9 @@ class TransformerConfig:
 
     ``share_embeddings`` uses one token table for source and target (a joint vocabulary);
     ``tie_output`` makes the pre-softmax projection share the target table's weights (section 3.4).
-    ``scale_embedding`` multiplies token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal
+    ``dropout`` is P_drop on every sub-layer output and on the embedding sums (section 5.4);
+    ``activation_dropout`` drops inside the feed-forward network (not in the paper; tensor2tensor's
+    ``relu_dropout``) and ``attention_dropout`` the attention weights. ``scale_embedding`` multiplies token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal
     ``pad_id`` (Marian starts decoding with the pad token); ``eos_id`` must differ from both.
     """
 
@@ -37,6 +39,7 @@ class TransformerConfig:
     d_ff: int = 2048
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
     activation: str = "relu"
     positional: str = "sinusoidal"
     max_len: int = 1024
@@ -53,7 +56,7 @@ class TransformerConfig:
         check_positive(self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_encoder_layers",
                        "n_decoder_layers", "d_ff", "max_len")
         check_divisible(self, "d_model", "n_heads")
-        check_probability(self, "dropout", "attention_dropout")
+        check_probability(self, "dropout", "attention_dropout", "activation_dropout")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "positional", POSITIONAL)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -97,7 +100,8 @@ class Transformer(nn.Module):
         shared = self.src_embed.tokens if cfg.share_embeddings else None
         self.tgt_embed = Embedding(cfg.tgt_vocab_size, tokens=shared, **emb)
         block = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                     attention_dropout=cfg.attention_dropout, activation=cfg.activation, norm_first=cfg.norm_first,
+                     attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
+                     activation=cfg.activation, norm_first=cfg.norm_first,
                      eps=cfg.layer_norm_eps)
         self.encoder = Stack([EncoderBlock(**block) for _ in range(cfg.n_encoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)

@@ -1,0 +1,161 @@
+"""Translation within a time budget: a small Transformer trained on this machine's CPU, scored by sacreBLEU.
+
+    python benchmarks/translation_multi30k.py                      # Multi30k de -> en, 60 minutes
+    python benchmarks/translation_multi30k.py --minutes 5          # a quick look
+    python benchmarks/translation_multi30k.py --data ../shared/data/tatoeba-cmn-eng/cmn.txt \\
+        --src-lang en --tgt-lang zh                                # Tatoeba en -> zh, 1,000 pairs held out
+
+The recipe is the paper's (post-norm, label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
+fitted to the budget: after a linear warm-up the rate decays linearly to zero at the last update the
+budget allows (estimated from the speed of the first updates), and the checkpoints of the last 20% are
+averaged (section 6.1 averages the last 5). Only training counts against the budget; the validation BLEU
+of the curve and the final decoding are timed apart. Results go to ``benchmarks/results/<name>.json``
+and a curve to ``benchmarks/results/<name>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import aiayn
+from aiayn.cli.train import load_pairs, read_corpus, translate_texts
+from aiayn.data import encode_pairs, token_batches, train_tokenizers
+from aiayn.evaluation import corpus_scores
+from aiayn.training import average_checkpoints, fit, label_smoothed_loss
+
+HERE = Path(__file__).parent
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="multi30k", help="'multi30k' or a TSV file of pairs (Tatoeba's cmn.txt)")
+    p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--src-lang", default="de")
+    p.add_argument("--tgt-lang", default="en")
+    p.add_argument("--minutes", type=float, default=60.0, help="training budget")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-tokens", type=int, default=3072)
+    p.add_argument("--warmup", type=int, default=400)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    multi30k = args.data == "multi30k"
+    name = args.name or (f"translation_multi30k_{args.src_lang}_{args.tgt_lang}" if multi30k
+                         else f"translation_{Path(args.data).stem}_{args.src_lang}_{args.tgt_lang}")
+    _, train_pairs, val_pairs = load_pairs("", args.data, args.data_dir, args.src_lang, args.tgt_lang, 0, 1000,
+                                           args.seed)
+    if multi30k:
+        test_pairs, test_name = read_corpus("multi30k", args.data_dir, "test_2016_flickr", args.src_lang,
+                                            args.tgt_lang), "test_2016_flickr"
+    else:  # a TSV: the 1,000 held-out pairs are the test set; the curve uses the first 500 of them
+        test_pairs, test_name = val_pairs, "held-out 1,000 pairs"
+    curve_pairs = val_pairs[:500]
+    src_tok, tgt_tok = train_tokenizers(train_pairs, kind="bpe", vocab_size=args.vocab_size, joint=True)
+    cfg = aiayn.preset("transformer-tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
+                       d_model=args.d_model, n_heads=args.d_model // 64, n_encoder_layers=args.layers,
+                       n_decoder_layers=args.layers, d_ff=4 * args.d_model, dropout=args.dropout, max_len=512)
+    model = aiayn.build(cfg)
+    print(f"{name}: {len(train_pairs):,} training pairs; model {aiayn.count_parameters(model):,} parameters, "
+          f"joint BPE {src_tok.vocab_size:,}; budget {args.minutes:g} minutes on {torch.get_num_threads()} threads")
+
+    # Warm-up, then linear decay to zero at the planned last update (set once the speed is known).
+    plan = {"total": 10**9}
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(
+        (i + 1) / args.warmup, max(0.0, (plan["total"] - i) / max(plan["total"] - args.warmup, 1))))
+
+    def loss_fn(model, batch):
+        src, tgt_in, tgt_out = batch
+        return label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, 0.1)
+
+    batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), args.max_tokens, cfg.pad_id, cfg.bos_id,
+                            cfg.eos_id, args.seed)
+    budget = args.minutes * 60
+    history: list[dict] = []
+    curve: list[dict] = []
+    saved: list[Path] = []
+    tmp = Path(tempfile.mkdtemp(prefix=name))
+    step, chunk, next_curve = 0, 50, 0.0
+    while step < plan["total"]:
+        end = min(step + chunk, plan["total"])
+        history = fit(model, batches, end, optimizer, loss_fn, scheduler, progress=False, start=step,
+                      history=history)
+        step, trained = end, history[-1]["seconds"]
+        if plan["total"] == 10**9:  # speed known: plan the updates the budget allows
+            plan["total"] = max(int(budget / (trained / step)), step + chunk)
+            print(f"  {trained / step:.2f} s per update: planning {plan['total']:,} updates")
+        if step >= 0.8 * plan["total"] and (not saved or step - saved_at >= plan["total"] // 25):
+            saved.append(aiayn.save(model, tmp / f"step{step}.safetensors"))
+            saved_at = step
+        if trained >= next_curve or step >= plan["total"]:
+            t = time.perf_counter()
+            hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in curve_pairs])
+            bleu = corpus_scores(hyps, [r for _, r in curve_pairs], args.tgt_lang)["bleu"]
+            curve.append({"minutes": round(trained / 60, 2), "step": step, "loss": history[-1]["loss"],
+                          "val_bleu_greedy": round(bleu, 2)})
+            print(f"  {trained / 60:5.1f} min  update {step:5d}  loss {history[-1]['loss']:.3f}  "
+                  f"val BLEU (greedy, 500) {bleu:5.2f}   [{time.perf_counter() - t:.0f} s to decode]")
+            next_curve = trained + budget / 8
+        model.train()
+
+    results = {"name": name, "data": args.data, "test": test_name, "args": vars(args),
+               "params": aiayn.count_parameters(model), "updates": step, "train_minutes": round(trained / 60, 1),
+               "target_tokens_per_s": round(sum(r["tokens"] for r in history) / trained), "curve": curve,
+               "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                           "torch": torch.__version__}}
+    srcs, refs = [s for s, _ in test_pairs], [r for _, r in test_pairs]
+    final = {}
+    for label, weights in (("last", None), (f"average of last {len(saved)}", tmp / "avg.safetensors")):
+        if weights is not None:
+            average_checkpoints(saved, weights)
+            model = aiayn.load(weights)
+        for beam in (1, 4):
+            t = time.perf_counter()
+            scores = corpus_scores(translate_texts(model, src_tok, tgt_tok, srcs, beam=beam), refs, args.tgt_lang)
+            final[f"{label}, {'greedy' if beam == 1 else 'beam 4'}"] = round(scores["bleu"], 2)
+            print(f"  test BLEU ({label}, beam {beam}): {scores['bleu']:.2f}   "
+                  f"[{time.perf_counter() - t:.0f} s]   {scores['signature']}")
+    results["test_bleu"] = final
+    results["signature"] = scores["signature"]
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    _plot(curve, final, out / f"{name}.png", name)
+    print(f"wrote {out / name}.json and .png")
+
+
+def _plot(curve: list[dict], final: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([c["minutes"] for c in curve], [c["val_bleu_greedy"] for c in curve], marker="o", label="validation, greedy")
+    ax.axhline(max(final.values()), color="gray", ls="--", lw=1, label=f"test, best final {max(final.values()):.1f}")
+    ax.set_xlabel("training minutes (2 CPU cores)")
+    ax.set_ylabel("BLEU")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
