@@ -11,11 +11,12 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import marian
+from aiayn.convert import gpt2, marian
 from aiayn.convert.common import read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
     "marian": marian.convert,
+    "gpt2": gpt2.convert,
 }
 
 
@@ -23,7 +24,7 @@ def from_hf(source: Any) -> nn.Module:
     """An aiayn model computing what a Hugging Face model computes.
 
     Args:
-        source: a ``transformers`` model (``MarianMTModel``, ...) or the path of a local Hugging Face
+        source: a ``transformers`` model (``MarianMTModel``, ``GPT2LMHeadModel``, ...) or the path of a local Hugging Face
             folder (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``).
 
     Raises:

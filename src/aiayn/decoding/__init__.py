@@ -1,6 +1,8 @@
-"""Decoding: model-independent, through ``encode`` / ``decode`` / ``new_cache``."""
+"""Decoding: model-independent. Translation through ``encode`` / ``decode`` / ``new_cache``; language
+models through ``model(ids, attention_mask, cache)`` / ``new_cache``."""
 
-from aiayn.decoding.beam import beam_search, gnmt_penalty
+from aiayn.decoding.beam import beam_search, gnmt_penalty, length_power
 from aiayn.decoding.greedy import greedy
+from aiayn.decoding.sampling import filter_logits, next_token, sample, stream
 
-__all__ = ["beam_search", "gnmt_penalty", "greedy"]
+__all__ = ["beam_search", "gnmt_penalty", "length_power", "greedy", "filter_logits", "next_token", "sample", "stream"]

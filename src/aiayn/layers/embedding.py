@@ -75,10 +75,13 @@ class Embedding(nn.Module):
             self.positions = None
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
-        """``(B, T)`` ids at positions ``start ..`` -> ``(B, T, C)``."""
+    def forward(self, ids: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+        """``(B, T)`` ids at positions ``start ..`` (or at ``position_ids`` ``(B, T)``, for rows padded
+        on the left) -> ``(B, T, C)``."""
         check_ids(ids, self.tokens.num_embeddings)
-        x = self.tokens(ids) * self.scale
+        x = self.tokens(ids)
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.positions is not None:
-            x = x + self.positions(ids.size(1), start)
+            x = x + self.positions(ids.size(1), start, position_ids)
         return self.dropout(x)

@@ -44,12 +44,13 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model, self.layout = d_model, layout
         self.register_buffer("table", sinusoidal_encoding(max_len, d_model, layout), persistent=False)
 
-    def forward(self, t: int, start: int = 0) -> Tensor:
-        """Encodings ``(T, C)`` of positions ``start .. start + t - 1``."""
-        if start + t > self.table.size(0):  # past the longest length seen so far: extend, never refuse
-            n = max(start + t, 2 * self.table.size(0))
+    def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+        """Encodings ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``."""
+        end = start + t if position_ids is None else int(position_ids.max()) + 1
+        if end > self.table.size(0):  # past the longest length seen so far: extend, never refuse
+            n = max(end, 2 * self.table.size(0))
             self.table = sinusoidal_encoding(n, self.d_model, self.layout).to(self.table.device)
-        return self.table[start : start + t]
+        return self.table[start : start + t] if position_ids is None else self.table[position_ids]
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -60,10 +61,12 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, t: int, start: int = 0) -> Tensor:
-        if start + t > self.weight.size(0):
+    def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+        """Vectors ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``."""
+        end = start + t if position_ids is None else int(position_ids.max()) + 1
+        if end > self.weight.size(0):
             raise ValueError(
-                f"sequence of {start + t} positions is longer than the {self.weight.size(0)} learned positions "
+                f"sequence of {end} positions is longer than the {self.weight.size(0)} learned positions "
                 f"(max_len); use a shorter input or sinusoidal positions"
             )
-        return self.weight[start : start + t]
+        return self.weight[start : start + t] if position_ids is None else self.weight[position_ids]

@@ -11,13 +11,14 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.models import transformer
+from aiayn.models import gpt, transformer
 from aiayn.models.config import override, suggest
 
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (transformer.TransformerConfig, transformer.Transformer),
+    "gpt": (gpt.GPTConfig, gpt.GPT),
 }
-_PRESETS: dict[str, Any] = {**transformer.PRESETS}
+_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS}
 
 
 def presets() -> list[str]:

@@ -1,0 +1,72 @@
+"""GPT-2 (``GPT2LMHeadModel`` / ``GPT2Model``) -> our :class:`~aiayn.models.gpt.GPT`.
+
+GPT-2 stores its linear layers as ``Conv1D``: weights ``(in, out)``, the transpose of ``nn.Linear``'s.
+Its ``c_attn`` is already the fused q | k | v projection our attention keeps as ``in_proj``.
+
+    transformer.wte / wpe           -> embed.tokens / embed.positions
+    h.i.ln_1, h.i.ln_2              -> decoder.layers.i.norm1, .norm3
+    h.i.attn.c_attn (transposed)    -> decoder.layers.i.self_attn.in_proj
+    h.i.attn.c_proj (transposed)    -> decoder.layers.i.self_attn.out_proj
+    h.i.mlp.c_fc, c_proj (transp.)  -> decoder.layers.i.ff.fc1, ff.fc2
+    ln_f                            -> decoder.norm
+    lm_head                         -> lm_head (tied to wte unless the config unties it)
+    h.i.attn.bias / masked_bias     -> dropped (causal-mask buffers of older checkpoints)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from aiayn.convert.common import Source, linear, load_converted
+from aiayn.models.gpt import GPT, GPTConfig
+
+ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
+               "relu": "relu", "silu": "silu", "swish": "silu"}
+# (ours, theirs, transpose) per block
+BLOCK = [("norm1", "ln_1", False), ("self_attn.in_proj", "attn.c_attn", True), ("self_attn.out_proj", "attn.c_proj", True),
+         ("norm3", "ln_2", False), ("ff.fc1", "mlp.c_fc", True), ("ff.fc2", "mlp.c_proj", True)]
+
+
+def config(hf: dict[str, Any]) -> GPTConfig:
+    """Our config for a ``GPT2Config`` (as a dict)."""
+    if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx", False):
+        raise ValueError("only GPT-2's standard attention scaling (1/sqrt(d_head)) converts: scale_attn_weights "
+                         "must be true and scale_attn_by_inverse_layer_idx false")
+    if hf["activation_function"] not in ACTIVATIONS:
+        raise ValueError(f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}")
+    eos = hf.get("eos_token_id")
+    return GPTConfig(
+        vocab_size=hf["vocab_size"], max_len=hf["n_positions"], d_model=hf["n_embd"], n_heads=hf["n_head"],
+        n_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * hf["n_embd"], dropout=hf["resid_pdrop"],
+        attention_dropout=hf["attn_pdrop"], activation=ACTIVATIONS[hf["activation_function"]],
+        layer_norm_eps=hf["layer_norm_epsilon"], tie_output=hf.get("tie_word_embeddings", True),
+        eos_id=hf["vocab_size"] - 1 if eos is None else eos,
+    )
+
+
+def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2") -> GPT:
+    """Our :class:`GPT` computing what the GPT-2 with config ``hf`` and weights ``tensors`` computes."""
+    cfg = config(hf)
+    src = Source(tensors, name)
+    pre = "transformer." if "transformer.wte.weight" in src else ""
+    out: dict[str, Tensor] = {"embed.tokens.weight": src.take(f"{pre}wte.weight"),
+                              "embed.positions.weight": src.take(f"{pre}wpe.weight")}
+    for i in range(cfg.n_layers):
+        for ours, theirs, transpose in BLOCK:
+            key = f"decoder.layers.{i}.{ours}"
+            linear(src, key, f"{pre}h.{i}.{theirs}", out)
+            if transpose:  # Conv1D (in, out) -> Linear (out, in)
+                out[f"{key}.weight"] = out[f"{key}.weight"].t()
+    linear(src, "decoder.norm", f"{pre}ln_f", out)
+    if "lm_head.weight" in src:
+        head = src.take("lm_head.weight")
+        if cfg.tie_output and not torch.equal(head, out["embed.tokens.weight"]):
+            raise ValueError(f"{name}: lm_head.weight differs from wte.weight but the config ties them")
+        out["lm_head.weight"] = head
+    elif cfg.tie_output:
+        out["lm_head.weight"] = out["embed.tokens.weight"]
+    src.check_all_taken(ignore=(".attn.bias", ".attn.masked_bias"))
+    return load_converted(GPT(cfg), out, name)

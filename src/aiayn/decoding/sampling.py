@@ -1,0 +1,142 @@
+"""Generation from a language model: greedy, temperature, top-k and nucleus (top-p) sampling.
+
+Prompts of different lengths are padded on the left, so every row's next token is in the last column:
+
+    row 0:  .  .  The cat      ->  The cat sat ...
+    row 1:  Once upon a time   ->  Once upon a time there ...
+
+and the model gets an ``attention_mask`` over every position so padding is never attended to and
+positions count real tokens only. The key/value cache (the translation decoder's
+:class:`~aiayn.layers.DecoderCache`) is allocated once for prompt + new tokens.
+
+Shapes: B prompts, T longest prompt, N new tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to ``-inf`` every logit outside the ``top_k`` largest and outside the nucleus: the smallest
+    set of most likely tokens whose probabilities sum to at least ``top_p`` (Holtzman et al., 2020).
+
+    ``(B, V)`` -> ``(B, V)``; at least one token always survives.
+    """
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(-1)
+        outside = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
+        logits = logits.masked_fill(outside.scatter(-1, order, outside), float("-inf"))
+    return logits
+
+
+def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+               generator: torch.Generator | None = None) -> Tensor:
+    """``(B, V)`` logits -> ``(B,)`` token ids; ``temperature=0`` takes the most likely token."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+@torch.no_grad()
+def stream(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> Iterator[Tensor]:
+    """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
+    every row has produced ``eos_id`` (a finished row keeps yielding ``eos_id``)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (start with the end-of-text token for none)")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    lengths = [len(p) for p in prompts]
+    t, b = max(lengths), len(prompts)
+    total = t + max_new_tokens
+    ids = torch.zeros(b, total, dtype=torch.long, device=device)  # (B, T + N), prompts on the right of the first T
+    real = torch.zeros(b, total, dtype=torch.bool, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, t - len(p) : t] = torch.as_tensor(list(p), dtype=torch.long)
+        real[i, t - len(p) :] = True  # the prompt and everything generated after it
+    padded = min(lengths) < t
+    cache = model.new_cache(total) if use_cache else None
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    try:
+        for step in range(max_new_tokens):
+            end = t + step  # positions filled so far
+            begin = 0 if cache is None or step == 0 else end - 1
+            logits = model(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)[:, -1]
+            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B,)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(done, eos_id)
+                done |= nxt == eos_id
+            ids[:, end] = nxt
+            yield nxt
+            if bool(done.all()):
+                break
+    finally:
+        model.train(was_training)
+
+
+def sample(
+    model: nn.Module,
+    prompt: Tensor | Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> Tensor | list[list[int]]:
+    """The prompt followed by up to ``max_new_tokens`` generated tokens.
+
+    Args:
+        prompt: ``(B, T)`` ids, or a list of id lists of different lengths.
+        temperature: divides the logits; 0 is greedy decoding.
+        top_k, top_p: keep only the ``top_k`` most likely tokens / the nucleus of mass ``top_p``.
+        generator: a seeded ``torch.Generator`` makes sampling repeatable.
+        eos_id: stop a row when it produces this token (kept in the output).
+        use_cache: ``False`` recomputes every position each step (same result, slower).
+
+    Returns:
+        ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``), or
+        one list per prompt, cut after its ``eos_id``.
+    """
+    rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
+    steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache))
+    new = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in rows]  # (B, n)
+    if isinstance(prompt, Tensor):
+        return torch.cat([prompt, torch.tensor(new, dtype=prompt.dtype, device=prompt.device)], dim=1)
+    out = []
+    for p, n in zip(rows, new):
+        if eos_id is not None and eos_id in n:
+            n = n[: n.index(eos_id) + 1]
+        out.append(p + n)
+    return out
+
+
+__all__ = ["filter_logits", "next_token", "sample", "stream"]

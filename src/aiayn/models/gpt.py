@@ -1,0 +1,143 @@
+"""GPT-2 (Radford et al., 2019): the Transformer's decoder alone, trained to predict the next token.
+
+    ids -> token + learned position embeddings, dropout -> N x pre-norm DecoderBlock (causal
+    self-attention, no encoder-decoder attention) -> LayerNorm -> Linear (tied to the tokens) -> logits
+
+The blocks are the Transformer's own :class:`~aiayn.layers.DecoderBlock` with ``cross_attention=False``
+and ``norm_first=True`` (section 2.3 of the GPT-2 paper moves LayerNorm to the input of each sub-block
+and adds one after the last block), GELU in its tanh form, and GPT-2's initialisation: N(0, 0.02) for
+weights, with the projections that write into the residual stream scaled by 1/sqrt(2 * n_layers).
+
+Shapes: B batch, T new positions, S all positions (cached + new), C d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.layers import DecoderBlock, DecoderCache, Embedding, Stack, causal_mask, combine
+from aiayn.layers.feedforward import ACTIVATIONS
+from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Sizes of a decoder-only language model; defaults are GPT-2 small (124M).
+
+    ``dropout`` is GPT-2's ``resid_pdrop`` and ``embd_pdrop``, ``attention_dropout`` its ``attn_pdrop``.
+    ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256).
+    """
+
+    vocab_size: int = 50257
+    max_len: int = 1024
+    d_model: int = 768
+    n_heads: int = 12
+    n_layers: int = 12
+    d_ff: int = 3072
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation: str = "gelu_tanh"
+    layer_norm_eps: float = 1e-5
+    tie_output: bool = True
+    eos_id: int = 50256
+
+    def __post_init__(self) -> None:
+        check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff")
+        check_divisible(self, "d_model", "n_heads")
+        check_probability(self, "dropout", "attention_dropout")
+        check_choice(self, "activation", tuple(ACTIVATIONS))
+        if not 0 <= self.eos_id < self.vocab_size:
+            raise ValueError(f"eos_id={self.eos_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
+
+
+def _gpt2(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
+    return GPTConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=4 * d_model)
+
+
+PRESETS = {
+    # Table 2 of the GPT-2 paper (with the released models' sizes: 124M, 355M, 774M, 1.5B).
+    "gpt2": _gpt2(768, 12, 12),
+    "gpt2-medium": _gpt2(1024, 24, 16),
+    "gpt2-large": _gpt2(1280, 36, 20),
+    "gpt2-xl": _gpt2(1600, 48, 25),
+    # For the default LM job and tests on a laptop CPU; the vocabulary comes from the tokenizer.
+    "gpt-tiny": GPTConfig(vocab_size=256, max_len=256, d_model=128, n_heads=4, n_layers=4, d_ff=512,
+                          attention_dropout=0.0, eos_id=2),
+}
+
+
+class GPT(nn.Module):
+    """Decoder-only language model; ``forward(ids)`` returns next-token logits ``(B, T, V)``."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, max_len=cfg.max_len, positional="learned",
+                               dropout=cfg.dropout, scale=False)
+        self.decoder = Stack(
+            [DecoderBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
+                          activation=cfg.activation, norm_first=True, eps=cfg.layer_norm_eps, cross_attention=False)
+             for _ in range(cfg.n_layers)],
+            cfg.d_model, final_norm=True, eps=cfg.layer_norm_eps,
+        )
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_output:
+            self.lm_head.weight = self.embed.tokens.weight
+
+    def _init_weights(self) -> None:
+        residual = 0.02 / math.sqrt(2 * self.cfg.n_layers)  # GPT-2 section 2.3
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p) if "norm" in name else nn.init.zeros_(p)
+            else:
+                std = residual if name.endswith(("self_attn.out_proj.weight", "ff.fc2.weight")) else 0.02
+                nn.init.normal_(p, std=std)
+
+    def forward(self, ids: Tensor, attention_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+        """Logits ``(B, T, V)`` for ids ``(B, T)``.
+
+        Args:
+            attention_mask: ``(B, S)`` bool or 0/1, ``True`` for real tokens, over every position so far
+                (cached and new): rows padded on the left, as batched prompts of different lengths are.
+                Positions then count real tokens only, as Hugging Face's GPT-2 counts them.
+            cache: from :meth:`new_cache`; ``ids`` are then only the new positions.
+        """
+        start = 0 if cache is None else cache.length
+        t = ids.size(1)
+        if attention_mask is None:
+            x = self.embed(ids, start=start)
+            mask, is_causal = None, True
+        else:
+            s = start + t
+            if attention_mask.shape != (ids.size(0), s):
+                raise ValueError(f"attention_mask must be (batch, cached + new positions) = {(ids.size(0), s)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            real = attention_mask.bool()
+            position_ids = (real.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
+            x = self.embed(ids, position_ids=position_ids)
+            mask = combine(real[:, None, None, :], causal_mask(t, s, device=ids.device))  # (B, 1, T, S)
+            is_causal = False
+        x = self.decoder(x, None, mask, None, is_causal, caches=cache)
+        return self.lm_head(x)
+
+    def new_cache(self, max_len: int) -> DecoderCache:
+        """An empty key/value cache for up to ``max_len`` positions (prompt and generated)."""
+        if max_len > self.cfg.max_len:
+            raise ValueError(f"{max_len} positions exceed the model's {self.cfg.max_len} learned positions (max_len)")
+        return DecoderCache(len(self.decoder.layers), max_len)
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups: weight decay on matrices (and embedding tables) only, never on biases
+    or LayerNorm gains, as GPT-2 and nanoGPT train."""
+    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+__all__ = ["GPTConfig", "GPT", "PRESETS", "decay_groups"]
