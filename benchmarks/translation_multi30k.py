@@ -7,7 +7,7 @@
 
 The recipe is the paper's (post-norm, label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
 fitted to the budget: after a linear warm-up the rate decays linearly to zero at the last update the
-budget allows (estimated from the speed of the first updates), and the checkpoints of the last 20% are
+budget allows (re-estimated from the speed of every 50 updates), and the checkpoints of the last 20% are
 averaged (section 6.1 averages the last 5). Only training counts against the budget; the validation BLEU
 of the curve and the final decoding are timed apart. Results go to ``benchmarks/results/<name>.json``
 and a curve to ``benchmarks/results/<name>.png``.
@@ -96,9 +96,13 @@ def main() -> None:
         history = fit(model, batches, end, optimizer, loss_fn, scheduler, progress=False, start=step,
                       history=history)
         step, trained = end, history[-1]["seconds"]
-        if plan["total"] == 10**9:  # speed known: plan the updates the budget allows
-            plan["total"] = max(int(budget / (trained / step)), step + chunk)
-            print(f"  {trained / step:.2f} s per update: planning {plan['total']:,} updates")
+        # Plan the updates the budget still allows at the speed of the last chunk; re-planned every
+        # chunk, so a slower or faster machine still ends on time with the rate decayed to zero.
+        recent = (trained - history[-chunk - 1]["seconds"]) / chunk if len(history) > chunk else trained / step
+        first = plan["total"] == 10**9
+        plan["total"] = max(step + int((budget - trained) / recent), step)
+        if first:
+            print(f"  {recent:.2f} s per update: planning {plan['total']:,} updates")
         if step >= 0.8 * plan["total"] and (not saved or step - saved_at >= plan["total"] // 25):
             saved.append(aiayn.save(model, tmp / f"step{step}.safetensors"))
             saved_at = step

@@ -126,3 +126,16 @@ def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
     assert len(log) == 25 and log[0].startswith("step,loss")
     out = run_cli("train", "--resume", str(tmp_path / "nothing"))
     assert out.returncode == 2 and "holds no args.json" in out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--task", "lm", "--data", "a.txt", "b.txt"], "--task lm takes one text file"),
+    (["train", "--task", "lm", "--data", "/nonexistent.txt"], "no text file at /nonexistent.txt"),
+    (["train", "--task", "lm", "--block", "0"], "--block must be positive"),
+    (["generate", "--run", "/nonexistent"], "holds no model.safetensors"),
+    (["convert", "/nonexistent", "/tmp/out"], "holds no config.json"),
+    (["convert", "hf-bert2", "/x", "/y"], "unknown kind 'hf-bert2'"),
+])
+def test_bad_lm_and_convert_command_lines_exit_2(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

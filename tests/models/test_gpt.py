@@ -5,7 +5,7 @@ import torch
 
 import aiayn
 from aiayn.decoding import sample
-from aiayn.models.gpt import decay_groups
+from aiayn.training import decay_groups
 
 
 @pytest.mark.parametrize("name, count", [("gpt2", 124_439_808), ("gpt2-medium", 354_823_168),

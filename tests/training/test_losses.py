@@ -87,3 +87,12 @@ def test_loss_and_gradient_equal_the_smoothed_distribution_written_out(epsilon):
     torch.testing.assert_close(loss, expected)
     torch.testing.assert_close(grad, expected_grad)
     assert torch.autograd.gradcheck(lambda z: label_smoothed_loss(z, target, 0, epsilon)[0], (logits,))
+
+
+def test_warmup_then_cosine_to_a_tenth():
+    from aiayn.training import warmup_cosine
+
+    assert warmup_cosine(0, 10, 110) == 0.1 and warmup_cosine(9, 10, 110) == 1.0
+    assert warmup_cosine(10, 10, 110) == 1.0
+    assert math.isclose(warmup_cosine(60, 10, 110), 0.1 + 0.9 * 0.5)  # halfway down the cosine
+    assert math.isclose(warmup_cosine(110, 10, 110), 0.1) and math.isclose(warmup_cosine(500, 10, 110), 0.1)

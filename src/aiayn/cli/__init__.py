@@ -17,11 +17,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a model; with no arguments, the default job (about two minutes on a CPU)")
-    t.add_argument("--task", default="dates", choices=["dates", "copy"],
-                   help="dates: free English dates -> ISO (default); copy: copy random strings")
+    t.add_argument("--task", default="dates", choices=["dates", "copy", "lm"],
+                   help="dates: free English dates -> ISO (default); copy: copy random strings; lm: a GPT "
+                        "language model (on made-up date lines, or on --data FILE)")
     t.add_argument("--data", nargs="+", default=None, metavar="DATA",
                    help="a corpus instead of a synthetic task: 'multi30k' (with --data-dir), a TSV file of pairs "
-                        "(Tatoeba's cmn.txt), or two aligned text files (plain or .gz)")
+                        "(Tatoeba's cmn.txt), or two aligned text files (plain or .gz); with --task lm, any text file")
     t.add_argument("--data-dir", default=None, help="folder of the Multi30k files")
     t.add_argument("--src-lang", default="de")
     t.add_argument("--tgt-lang", default="en")
@@ -29,11 +30,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: char for synthetic tasks, joint BPE for a corpus")
     t.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary size")
     t.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 500; 1000 for a corpus file)")
-    t.add_argument("--preset", default="transformer-tiny")
-    t.add_argument("--steps", type=int, default=None, help="optimizer updates (default 1000)")
+    t.add_argument("--preset", default=None, help="default transformer-tiny, or gpt-tiny for --task lm")
+    t.add_argument("--steps", type=int, default=None, help="optimizer updates (default 1000; 1500 for --task lm)")
     t.add_argument("--max-tokens", type=int, default=1024, help="padded tokens per batch")
     t.add_argument("--accum", type=int, default=1, help="batches per update (gradient accumulation)")
-    t.add_argument("--eval-every", type=int, default=0, help="validate every N updates, keeping the best checkpoint")
+    t.add_argument("--eval-every", type=int, default=None,
+                   help="validate every N updates, keeping the best checkpoint (default: at the end; 200 for lm)")
+    t.add_argument("--block", type=int, default=64, help="lm: context length of training blocks")
+    t.add_argument("--batch-size", type=int, default=16, help="lm: blocks per batch")
+    t.add_argument("--lr", type=float, default=3e-3, help="lm: peak learning rate (AdamW, cosine decay)")
     t.add_argument("--save-every", type=int, default=500,
                    help="write the training state every N updates (and on Ctrl-C), so --resume can continue")
     t.add_argument("--resume", default=None, metavar="DIR",
@@ -65,6 +70,21 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
     a.add_argument("--out", required=True, help="file or folder for the averaged checkpoint")
 
+    g = sub.add_parser("generate", help="continue a prompt with a language model, streaming the text")
+    g.add_argument("--run", required=True, help="run folder of `aiayn train --task lm` or `aiayn convert`")
+    g.add_argument("--prompt", default="", help="text to continue (default: none, start from end-of-text)")
+    g.add_argument("--max-new-tokens", type=int, default=200)
+    g.add_argument("--temperature", type=float, default=0.8, help="0 is greedy")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the most likely tokens "
+                                                               "whose probabilities sum to P")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
+    g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
+
+    cv = sub.add_parser("convert", help="a Hugging Face model folder -> an aiayn run folder (weights + tokenizer)")
+    cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
+                    help="KIND (optional: hf, hf-gpt2, hf-marian) checks the folder's model type")
+
     c = sub.add_parser("count", help="parameters of a preset, by part")
     c.add_argument("preset")
     c.add_argument("--json", action="store_true")
@@ -90,17 +110,34 @@ def main(argv: list[str] | None = None) -> int:
             if args.steps is not None:
                 _positive(parser, args, "steps")
             if args.resume:
-                resume_training(args.resume, args.steps, progress=not args.no_progress)
+                from aiayn.cli.lm import resume_lm
+                from aiayn.cli.runs import read_args
+
+                resume = resume_lm if read_args(args.resume).get("task") == "lm" else resume_training
+                resume(args.resume, args.steps, progress=not args.no_progress)
                 return 0
-            _positive(parser, args, "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size")
+            _positive(parser, args, "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size", "block",
+                      "batch_size", "lr")
             for name in ("eval_every", "save_every"):
-                if getattr(args, name) < 0:
+                if (getattr(args, name) or 0) < 0:
                     parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+            if args.task == "lm":
+                from aiayn.cli.lm import train_lm
+
+                if args.data and len(args.data) != 1:
+                    parser.error(f"--task lm takes one text file as --data, got {len(args.data)}")
+                train_lm(data=args.data[0] if args.data else None, tokenizer=args.tokenizer,
+                         vocab_size=args.vocab_size, preset=args.preset or "gpt-tiny", steps=args.steps or 1500,
+                         block=args.block, batch_size=args.batch_size, accum=args.accum, lr=args.lr,
+                         eval_every=200 if args.eval_every is None else args.eval_every, save_every=args.save_every,
+                         bf16=args.bf16, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
+                return 0
             n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
             train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
-                  tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size, preset=args.preset,
-                  steps=args.steps or 1000, max_tokens=args.max_tokens, accum=args.accum,
-                  eval_every=args.eval_every, save_every=args.save_every, bf16=args.bf16, beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
+                  tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                  preset=args.preset or "transformer-tiny", steps=args.steps or 1000, max_tokens=args.max_tokens,
+                  accum=args.accum, eval_every=args.eval_every or 0, save_every=args.save_every, bf16=args.bf16,
+                  beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
                   out=args.out, name=args.name, progress=not args.no_progress)
         elif args.command == "translate":
             from aiayn.cli.train import translate
@@ -120,6 +157,19 @@ def main(argv: list[str] | None = None) -> int:
             r = evaluate(args.run, args.data, args.data_dir, args.split, args.src_lang, args.tgt_lang, args.beam)
             print(f"BLEU {r['bleu']:.2f}  chrF {r['chrf']:.2f}  exact match {r['exact_match']:.1%}  on {r['n']:,} "
                   f"pairs, beam {args.beam}\n{r['signature']}")
+        elif args.command == "generate":
+            from aiayn.cli.lm import generate, print_stream
+
+            _positive(parser, args, "max_new_tokens")
+            print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
+                                  args.top_p, args.stop, args.seed))
+        elif args.command == "convert":
+            from aiayn.cli.convert import convert
+
+            if len(args.paths) not in (2, 3):
+                parser.error(f"convert takes [KIND] FOLDER OUT, got {len(args.paths)} paths")
+            kind = args.paths[0] if len(args.paths) == 3 else "hf"
+            print(f"converted into {convert(args.paths[-2], args.paths[-1], kind)}")
         elif args.command == "average":
             from aiayn.training import average_checkpoints
 

@@ -9,9 +9,6 @@ with a BPE vocabulary, and reports validation loss, BLEU and chrF.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import random
 import time
@@ -24,22 +21,12 @@ import aiayn
 from aiayn.data import (encode_pairs, load_tokenizer, make_pairs, multi30k, read_parallel, read_tsv, seq2seq_batch,
                         token_batches, train_tokenizers)
 from aiayn.decoding import beam_search, greedy
-from aiayn.io import write_json, write_text
+from aiayn.cli.runs import Run, new_run_dir, read_args
+from aiayn.io import write_json
 from aiayn.layers import record_attention
-from aiayn.training import fit, label_smoothed_loss, load_train_state, noam_optimizer, save_train_state
+from aiayn.training import fit, label_smoothed_loss, noam_optimizer
 
 Pairs = list[tuple[str, str]]
-
-
-def new_run_dir(out: str | os.PathLike, name: str) -> Path:
-    """``out/name``, or ``out/name-2``, ``-3`` ... if that one is taken: a new run never overwrites one."""
-    out = Path(out)
-    path, i = out / name, 1
-    while path.exists():
-        i += 1
-        path = out / f"{name}-{i}"
-    path.mkdir(parents=True)
-    return path
 
 
 def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128) -> list[str]:
@@ -197,7 +184,6 @@ def train(
         write_json(run / "args.json", args)
     else:
         run = Path(resume)
-    evals: list[dict[str, float]] = []
 
     @torch.no_grad()
     def validate(step: int, history: list[dict[str, float]]) -> None:
@@ -211,32 +197,23 @@ def train(
             hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in test_pairs])
             record.update({k: v for k, v in corpus_scores(hyps, [t for _, t in test_pairs], tgt_lang).items()
                            if k in ("bleu", "chrf")})
-        if not evals or record["val_loss"] < min(e["val_loss"] for e in evals):
-            aiayn.save(model, run / "best.safetensors")
-        evals.append(record)
-        write_json(run / "validation.json", evals)
+        state.record(record)
         if progress or verbose:
             say("\n  step {step}: validation loss {val_loss:.3f}".format(**record)
                 + (f", BLEU {record['bleu']:.1f}, chrF {record['chrf']:.1f}" if "bleu" in record else ""))
 
     optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup, lr_factor)
-    done, history = 0, []
+    state = Run(run, model, optimizer, scheduler, accum)
+    done, history = state.restore() if resume is not None else (0, [])
     if resume is not None:
-        state = load_train_state(run, model, optimizer, scheduler)
-        done, history, evals[:] = state["step"], state["extra"]["history"], state["extra"]["validation"]
         say(f"resuming {run} after update {done} of {steps}")
-
-    def save_state(step: int, history: list[dict[str, float]]) -> None:
-        save_train_state(run, model, optimizer, scheduler, step, step * accum, {"history": history,
-                                                                               "validation": evals})
-        write_text(run / "history.csv", _csv(history))
 
     batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), max_tokens, cfg.pad_id, cfg.bos_id,
                             cfg.eos_id, seed, start=done * accum)
     try:
         history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
                       desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
-                      save=save_state, save_every=save_every, autocast="bf16" if bf16 else None)
+                      save=state.save, save_every=save_every, autocast="bf16" if bf16 else None)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
     aiayn.save(model, run)
@@ -251,7 +228,7 @@ def train(
         "data": run_name, "preset": preset, "config": aiayn.models.config_to_dict(cfg), "tokenizer": kind,
         "steps": steps, "max_tokens": max_tokens, "accum": accum, "warmup": warmup, "lr_factor": lr_factor,
         "seed": seed, "beam": beam, "exact_match": score, "bleu": scores["bleu"], "chrf": scores["chrf"],
-        "bleu_signature": scores["signature"], "val_loss": evals[-1]["val_loss"], "final_loss": history[-1]["loss"],
+        "bleu_signature": scores["signature"], "val_loss": state.validation[-1]["val_loss"], "final_loss": history[-1]["loss"],
         "seconds": round(seconds, 1), "samples": samples[:50],
     })
     picture = attention_picture(model, src_tok, tgt_tok, test_pairs[0][0], run / "attention.png")
@@ -263,25 +240,22 @@ def train(
         mark = "ok" if s["output"] == s["reference"] else "--"
         say(f"  {s['source']:>{width}} -> {s['output']}   [{s['reference']}] {mark}")
     say(f"\non {len(refs):,} held-out pairs: exact match {score:.1%}, BLEU {scores['bleu']:.1f}, chrF "
-        f"{scores['chrf']:.1f}, validation loss {evals[-1]['val_loss']:.3f}   ({seconds:.0f} s)")
+        f"{scores['chrf']:.1f}, validation loss {state.validation[-1]['val_loss']:.3f}   ({seconds:.0f} s)")
     say(f"saved {run}/: model.safetensors, best.safetensors, tokenizers, run.json, history.csv, {picture.name}")
     say(f"try: aiayn translate --run {run} \"{test_pairs[1][0]}\"")
     return {"run": run, "exact_match": score, "bleu": scores["bleu"], "chrf": scores["chrf"],
-            "val_loss": evals[-1]["val_loss"], "loss": history[-1]["loss"], "seconds": seconds, "samples": samples,
-            "history": history, "validation": evals}
+            "val_loss": state.validation[-1]["val_loss"], "loss": history[-1]["loss"], "seconds": seconds, "samples": samples,
+            "history": history, "validation": state.validation}
 
 
 def resume_training(run: str | os.PathLike, steps: int | None = None, **display: Any) -> dict[str, Any]:
     """Continue the run in folder ``run`` from its last saved state, with the arguments it was started
     with (``steps`` may raise the number of updates). It ends with exactly the weights and log of a run
     never interrupted. ``display``: ``progress``, ``verbose``, ``show``."""
-    run = Path(run)
-    if not (run / "args.json").is_file():
-        raise FileNotFoundError(f"{run} holds no args.json; is it a run folder written by `aiayn train`?")
-    args = json.loads((run / "args.json").read_text())
+    args = read_args(run)
     if steps is not None:
         args["steps"] = steps
-    return train(**args, **display, resume=run)
+    return train(**args, **display, resume=Path(run))
 
 
 def _batches_once(pairs, max_tokens: int, cfg):
@@ -291,14 +265,6 @@ def _batches_once(pairs, max_tokens: int, cfg):
     lengths = [max(len(s), len(t) + 1) for s, t in pairs]
     for idx in length_batches(lengths, max_tokens, random.Random(0)):
         yield collate([pairs[i] for i in idx], cfg.pad_id, cfg.bos_id, cfg.eos_id)
-
-
-def _csv(history: list[dict[str, float]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(history[0]))
-    writer.writeheader()
-    writer.writerows(history)
-    return buf.getvalue()
 
 
 def load_run(run: str | os.PathLike):

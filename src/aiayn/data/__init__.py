@@ -1,12 +1,13 @@
 """Data: tokenizers, corpora, synthetic tasks, batching. Imports no model code."""
 
 from aiayn.data.batching import collate, encode_pairs, length_batches, pad, seq2seq_batch, token_batches
-from aiayn.data.bpe import BPETokenizer, load_tokenizer, train_tokenizers
+from aiayn.data.bpe import BPETokenizer, PretrainedTokenizer, load_tokenizer, train_tokenizers
+from aiayn.data.lm import lm_batches, lm_blocks
 from aiayn.data.corpus import multi30k, read_parallel, read_tsv
 from aiayn.data.synthetic import make_pairs
 from aiayn.data.tokenizer import CharTokenizer
 
 __all__ = [
-    "collate", "encode_pairs", "length_batches", "pad", "seq2seq_batch", "token_batches", "BPETokenizer",
-    "load_tokenizer", "train_tokenizers", "multi30k", "read_parallel", "read_tsv", "make_pairs", "CharTokenizer",
+    "collate", "encode_pairs", "length_batches", "pad", "seq2seq_batch", "token_batches", "BPETokenizer", "PretrainedTokenizer",
+    "load_tokenizer", "train_tokenizers", "lm_batches", "lm_blocks", "multi30k", "read_parallel", "read_tsv", "make_pairs", "CharTokenizer",
 ]

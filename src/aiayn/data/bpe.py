@@ -116,18 +116,46 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> BPETokenizer:
-        try:
-            tokenizer = Tokenizer.from_str(Path(path).read_text(encoding="utf-8"))
-        except Exception as e:  # tokenizers raises its own Exception type for bad JSON
-            raise ValueError(f"{path} is not a tokenizers JSON file: {e}") from e
+        tokenizer = _read(path)
         if not isinstance(tokenizer.model, models.BPE):
             raise ValueError(f"{path} holds a {type(tokenizer.model).__name__} model, not BPE")
         return cls(tokenizer)
 
 
-def load_tokenizer(path: str | os.PathLike) -> CharTokenizer | BPETokenizer:
-    """The tokenizer saved at ``path``: a :class:`CharTokenizer` (JSON with ``"type": "char"``) or a
-    :class:`BPETokenizer` (``tokenizers`` JSON with a BPE model)."""
+def _read(path: str | os.PathLike) -> Tokenizer:
+    try:
+        return Tokenizer.from_str(Path(path).read_text(encoding="utf-8"))
+    except Exception as e:  # tokenizers raises its own Exception type for bad JSON
+        raise ValueError(f"{path} is not a tokenizers JSON file: {e}") from e
+
+
+class PretrainedTokenizer:
+    """Any ``tokenizers`` JSON as it came with pretrained weights (GPT-2's ``tokenizer.json``), with its
+    own ids; ``eos_id`` is its end-of-text token if it has one (``<|endoftext|>``, ``</s>``)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        ids = [tokenizer.token_to_id(t) for t in ("<|endoftext|>", "</s>")]
+        self.eos_id = next((i for i in ids if i is not None), None)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_text(path, self.tokenizer.to_str())
+
+
+def load_tokenizer(path: str | os.PathLike) -> CharTokenizer | BPETokenizer | PretrainedTokenizer:
+    """The tokenizer saved at ``path``: a :class:`CharTokenizer` (JSON with ``"type": "char"``), a
+    :class:`BPETokenizer` (``tokenizers`` BPE JSON with aiayn's specials at ids 0-3) or, for any other
+    ``tokenizers`` JSON (one that came with pretrained weights), a :class:`PretrainedTokenizer`."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -137,7 +165,10 @@ def load_tokenizer(path: str | os.PathLike) -> CharTokenizer | BPETokenizer:
     if data.get("type") == "char":
         return CharTokenizer.load(path)
     if isinstance(data.get("model"), dict) and data["model"].get("type") == "BPE":
-        return BPETokenizer.load(path)
+        tokenizer = _read(path)
+        if [tokenizer.token_to_id(s) for s in SPECIALS] == list(range(len(SPECIALS))):
+            return BPETokenizer(tokenizer)
+        return PretrainedTokenizer(tokenizer)
     raise ValueError(
         f"{path} is neither a character tokenizer (\"type\": \"char\") nor a BPE tokenizer "
         f"(\"model\": {{\"type\": \"BPE\"}}); its top-level keys are {sorted(data)}"

@@ -1,0 +1,85 @@
+"""A run folder and what every training command keeps in it.
+
+    runs/<name>/
+      args.json                 the arguments the run was started with (``--resume`` reads them)
+      train_state.safetensors   weights, optimizer, schedule, data position, random state
+      model.safetensors         the final weights and config (``aiayn.load``)
+      best.safetensors          the weights with the lowest validation loss so far
+      validation.json           one record per validation
+      history.csv               one row per update: loss, learning rate, tokens, seconds
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+import aiayn
+from aiayn.io import write_json, write_text
+from aiayn.training import load_train_state, save_train_state
+
+
+def new_run_dir(out: str | os.PathLike, name: str) -> Path:
+    """``out/name``, or ``out/name-2``, ``-3`` ... if that one is taken: a new run never overwrites one."""
+    out = Path(out)
+    path, i = out / name, 1
+    while path.exists():
+        i += 1
+        path = out / f"{name}-{i}"
+    path.mkdir(parents=True)
+    return path
+
+
+def read_args(run: str | os.PathLike) -> dict[str, Any]:
+    """The arguments ``run`` was started with."""
+    file = Path(run) / "args.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"{run} holds no args.json; is it a run folder written by `aiayn train`?")
+    return json.loads(file.read_text())
+
+
+def to_csv(history: list[dict[str, float]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(history[0]))
+    writer.writeheader()
+    writer.writerows(history)
+    return buf.getvalue()
+
+
+class Run:
+    """The training side of a run folder: saving and restoring the state, keeping the best weights.
+
+    Args:
+        folder: the run folder.
+        model, optimizer, scheduler: what the state holds.
+        accum: batches per update (the data position is ``step * accum`` batches).
+    """
+
+    def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1) -> None:
+        self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
+        self.validation: list[dict[str, float]] = []
+
+    def restore(self) -> tuple[int, list[dict[str, float]]]:
+        """Load the saved state into model, optimizer, scheduler and the generator: ``(step, history)``."""
+        state = load_train_state(self.folder, self.model, self.optimizer, self.scheduler)
+        self.validation = state["extra"]["validation"]
+        return state["step"], state["extra"]["history"]
+
+    def save(self, step: int, history: list[dict[str, float]]) -> None:
+        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback)."""
+        save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step, step * self.accum,
+                         {"history": history, "validation": self.validation})
+        write_text(self.folder / "history.csv", to_csv(history))
+
+    def record(self, record: dict[str, float]) -> None:
+        """Add a validation record; keep ``best.safetensors`` when its ``val_loss`` is the lowest yet."""
+        if not self.validation or record["val_loss"] < min(e["val_loss"] for e in self.validation):
+            aiayn.save(self.model, self.folder / "best.safetensors")
+        self.validation.append(record)
+        write_json(self.folder / "validation.json", self.validation)

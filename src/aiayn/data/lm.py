@@ -1,0 +1,51 @@
+"""Language-model data: a text as one stream of token ids, cut into blocks of the context length.
+
+    tokens  t0 t1 t2 t3 t4 t5 t6 t7 t8 ...
+    input      [t3 t4 t5 t6]              a block of ``block`` tokens at a random offset
+    target        [t4 t5 t6 t7]           the same block shifted by one: the next token everywhere
+
+Training batches take random offsets (as nanoGPT does); batch k is drawn from a generator seeded with
+``(seed, k)``, so the order is deterministic and a resumed run skips ahead by arithmetic, not replay.
+Validation uses consecutive blocks, each token predicted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+
+def _check(tokens: Tensor, block: int) -> None:
+    if tokens.dim() != 1:
+        raise ValueError(f"tokens must be a 1-D tensor of ids, got shape {tuple(tokens.shape)}")
+    if block < 1 or tokens.numel() < block + 1:
+        raise ValueError(f"a text of {tokens.numel()} tokens is too short for blocks of {block} (+1) tokens")
+
+
+def lm_batches(tokens: Tensor, block: int, batch_size: int, seed: int = 0, start: int = 0
+               ) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless ``(inputs, targets)``, each ``(batch_size, block)``, at random offsets; ``start`` skips batches."""
+    _check(tokens, block)
+    k = start
+    while True:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + k)
+        ix = torch.randint(tokens.numel() - block, (batch_size,), generator=gen)
+        rows = torch.stack([tokens[i : i + block + 1] for i in ix.tolist()])  # (B, block + 1)
+        yield rows[:, :-1], rows[:, 1:]
+        k += 1
+
+
+def lm_blocks(tokens: Tensor, block: int, batch_size: int, max_blocks: int | None = None
+              ) -> list[tuple[Tensor, Tensor]]:
+    """Consecutive non-overlapping blocks (at most ``max_blocks``), batched: validation data."""
+    _check(tokens, block)
+    n = (tokens.numel() - 1) // block
+    n = n if max_blocks is None else min(n, max_blocks)
+    x = tokens[: n * block].view(n, block)
+    y = tokens[1 : n * block + 1].view(n, block)
+    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
+
+
+__all__ = ["lm_batches", "lm_blocks"]

@@ -1,0 +1,99 @@
+import math
+import os
+import signal
+import subprocess
+import sys
+from shared import DATA
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.cli.lm import generate, resume_lm, train_lm
+from aiayn.data import BPETokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    """The default LM job, shortened for CI: made-up date lines, characters, a tiny GPT."""
+    return train_lm(steps=500, eval_every=250, out=tmp_path_factory.mktemp("lm"), progress=False, verbose=False)
+
+
+def test_the_default_lm_job_learns(lm_run):
+    losses = [v["val_loss"] for v in lm_run["validation"]]
+    assert losses[1] < losses[0] < math.log(64)  # better than a uniform guess over the characters, and falling
+    assert lm_run["exact_match"] > 0.02  # some held-out dates already converted right after 500 updates
+    run = lm_run["run"]
+    assert {"model.safetensors", "best.safetensors", "tokenizer.json", "run.json", "history.csv", "args.json",
+            "train_state.safetensors"} <= {p.name for p in run.iterdir()}
+
+
+def test_generate_streams_and_stops_at_a_stop_string(lm_run):
+    run = lm_run["run"]
+    pieces = list(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))
+    assert len(pieces) > 3 and "\n" not in "".join(pieces)
+    same = "".join(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))
+    assert same == "".join(pieces)
+    seeded = [run_cli("generate", "--run", str(run), "--prompt", "1 May", "--max-new-tokens", "40",
+                      "--seed", "3").stdout for _ in range(2)]
+    assert seeded[0] == seeded[1] and seeded[0].strip()
+
+
+def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
+    common = dict(steps=12, n_train=500, n_test=10, block=32, batch_size=4, eval_every=6, save_every=100,
+                  progress=False, verbose=False, show=0, d_model=32, n_layers=2, d_ff=64, dropout=0.1)
+    straight = train_lm(out=tmp_path / "a", **common)
+    real = aiayn.cli.lm.lm_batches
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while the 8th batch is in use
+        for i, batch in enumerate(real(*args, **kwargs)):
+            if i == 7:
+                os.kill(os.getpid(), signal.SIGINT)
+            yield batch
+
+    monkeypatch.setattr(aiayn.cli.lm, "lm_batches", interrupted)
+    with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
+        train_lm(out=tmp_path / "b", **common)
+    monkeypatch.undo()
+    resumed = resume_lm(tmp_path / "b" / "lm-dates", progress=False, verbose=False, show=0)
+    a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
+    assert resumed["validation"] == straight["validation"]
+
+
+def test_a_text_file_trains_with_byte_level_bpe(tmp_path):
+    path = DATA / "tinyshakespeare" / "input.txt"
+    if not path.is_file():
+        pytest.skip("needs ../shared/data/tinyshakespeare")
+    small = tmp_path / "small.txt"
+    small.write_text(path.read_text()[:60_000])
+    result = train_lm(data=str(small), vocab_size=500, steps=60, eval_every=30, block=64, batch_size=8,
+                      out=tmp_path, progress=False, verbose=False)
+    assert isinstance(aiayn.cli.lm.load_lm_run(result["run"])[1], BPETokenizer)
+    assert result["validation"][-1]["val_loss"] < result["validation"][0]["val_loss"]
+    assert result["sample"]
+
+
+def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):
+    tok = BPETokenizer.train(["hello world, the quick brown fox jumps over the lazy dog"] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=tok.vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4, eos_token_id=2,
+        initializer_range=0.3)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    tok.save(tmp_path / "hf" / "tokenizer.json")
+    out = run_cli("convert", "hf-gpt2", str(tmp_path / "hf"), str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    text = "".join(generate(tmp_path / "run", "the quick", max_new_tokens=10, temperature=0))
+    prompt = torch.tensor([tok.encode("the quick")])
+    expected = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=2)
+    assert text == tok.decode(expected[0, prompt.size(1):].tolist())
+    bad = run_cli("convert", "hf-marian", str(tmp_path / "hf"), str(tmp_path / "x"))
+    assert bad.returncode == 2 and "holds a 'gpt2' model, not 'marian'" in bad.stderr
