@@ -6,8 +6,8 @@
         --src-lang en --tgt-lang zh                                # Tatoeba en -> zh, 1,000 pairs held out
 
 The recipe is the paper's (post-norm, label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
-fitted to the budget: after a linear warm-up the rate decays linearly to zero at the last update the
-budget allows (re-estimated from the speed of every 50 updates), and the checkpoints of the last 20% are
+fitted to the budget (``budget.py``): after a linear warm-up the rate decays linearly to zero at the last
+update the budget allows, and the checkpoints of the last 20% are
 averaged (section 6.1 averages the last 5). Only training counts against the budget; the validation BLEU
 of the curve and the final decoding are timed apart. Results go to ``benchmarks/results/<name>.json``
 and a curve to ``benchmarks/results/<name>.png``.
@@ -28,7 +28,8 @@ import aiayn
 from aiayn.cli.train import load_pairs, read_corpus, translate_texts
 from aiayn.data import encode_pairs, token_batches, train_tokenizers
 from aiayn.evaluation import corpus_scores
-from aiayn.training import average_checkpoints, fit, label_smoothed_loss
+from aiayn.training import average_checkpoints, label_smoothed_loss
+from budget import train_for
 
 HERE = Path(__file__).parent
 
@@ -73,49 +74,38 @@ def main() -> None:
     print(f"{name}: {len(train_pairs):,} training pairs; model {aiayn.count_parameters(model):,} parameters, "
           f"joint BPE {src_tok.vocab_size:,}; budget {args.minutes:g} minutes on {torch.get_num_threads()} threads")
 
-    # Warm-up, then linear decay to zero at the planned last update (set once the speed is known).
-    plan = {"total": 10**9}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(
-        (i + 1) / args.warmup, max(0.0, (plan["total"] - i) / max(plan["total"] - args.warmup, 1))))
 
     def loss_fn(model, batch):
         src, tgt_in, tgt_out = batch
         return label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, 0.1)
 
-    batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), args.max_tokens, cfg.pad_id, cfg.bos_id,
-                            cfg.eos_id, args.seed)
-    budget = args.minutes * 60
-    history: list[dict] = []
     curve: list[dict] = []
     saved: list[Path] = []
     tmp = Path(tempfile.mkdtemp(prefix=name))
-    step, chunk, next_curve = 0, 50, 0.0
-    while step < plan["total"]:
-        end = min(step + chunk, plan["total"])
-        history = fit(model, batches, end, optimizer, loss_fn, scheduler, progress=False, start=step,
-                      history=history)
-        step, trained = end, history[-1]["seconds"]
-        # Plan the updates the budget still allows at the speed of the last chunk; re-planned every
-        # chunk, so a slower or faster machine still ends on time with the rate decayed to zero.
-        recent = (trained - history[-chunk - 1]["seconds"]) / chunk if len(history) > chunk else trained / step
-        first = plan["total"] == 10**9
-        plan["total"] = max(step + int((budget - trained) / recent), step)
-        if first:
-            print(f"  {recent:.2f} s per update: planning {plan['total']:,} updates")
-        if step >= 0.8 * plan["total"] and (not saved or step - saved_at >= plan["total"] // 25):
+    marks = {"curve": 0.0, "saved": 0}
+
+    def on_chunk(step: int, history: list[dict], total: int) -> None:
+        trained = history[-1]["seconds"]
+        if step >= 0.8 * total and step - marks["saved"] >= total // 25:  # the last 20%: keep for averaging
             saved.append(aiayn.save(model, tmp / f"step{step}.safetensors"))
-            saved_at = step
-        if trained >= next_curve or step >= plan["total"]:
+            marks["saved"] = step
+        if trained >= marks["curve"] or step >= total:
             t = time.perf_counter()
             hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in curve_pairs])
             bleu = corpus_scores(hyps, [r for _, r in curve_pairs], args.tgt_lang)["bleu"]
             curve.append({"minutes": round(trained / 60, 2), "step": step, "loss": history[-1]["loss"],
                           "val_bleu_greedy": round(bleu, 2)})
-            print(f"  {trained / 60:5.1f} min  update {step:5d}  loss {history[-1]['loss']:.3f}  "
-                  f"val BLEU (greedy, 500) {bleu:5.2f}   [{time.perf_counter() - t:.0f} s to decode]")
-            next_curve = trained + budget / 8
-        model.train()
+            print(f"  {trained / 60:5.1f} min  update {step:5d} of {total:5d}  loss {history[-1]['loss']:.3f}  "
+                  f"val BLEU (greedy, 500) {bleu:5.2f}   [{time.perf_counter() - t:.0f} s to decode]", flush=True)
+            marks["curve"] = trained + budget / 8
+
+    budget = args.minutes * 60
+    batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), args.max_tokens, cfg.pad_id, cfg.bos_id,
+                            cfg.eos_id, args.seed)
+    history = train_for(model, batches, optimizer, loss_fn, args.minutes, args.warmup, shape="linear",
+                        on_chunk=on_chunk)
+    step, trained = len(history), history[-1]["seconds"]
 
     results = {"name": name, "data": args.data, "test": test_name, "args": vars(args),
                "params": aiayn.count_parameters(model), "updates": step, "train_minutes": round(trained / 60, 1),

@@ -1,0 +1,56 @@
+"""Training for a fixed time instead of a fixed number of updates, with the schedule fitted to it.
+
+The learning rate warms up linearly, then decays to ``floor`` times the peak at the last update the
+budget allows. That last update is re-estimated every ``chunk`` updates from the speed of the chunk
+before, so a slower or faster machine still ends on time, with the rate decayed. Only the updates count
+against the budget; whatever ``on_chunk`` does (validation, samples) is timed apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from aiayn.training import fit
+
+
+def train_for(
+    model: nn.Module,
+    batches: Iterator[Any],
+    optimizer: torch.optim.Optimizer,
+    loss_fn,
+    minutes: float,
+    warmup: int,
+    shape: str = "cosine",
+    floor: float = 0.0,
+    chunk: int = 50,
+    on_chunk: Callable[[int, list[dict], int], None] | None = None,
+    **fit_kwargs: Any,
+) -> list[dict]:
+    """Train ``model`` for ``minutes`` of update time; ``on_chunk(step, history, planned_total)`` runs after
+    every chunk. Returns ``fit``'s history."""
+    plan = {"total": 10**9}
+
+    def multiplier(i: int) -> float:
+        if i < warmup:
+            return (i + 1) / warmup
+        progress = min(1.0, (i - warmup) / max(1, plan["total"] - warmup))
+        decay = 0.5 * (1 + math.cos(math.pi * progress)) if shape == "cosine" else 1 - progress
+        return floor + (1 - floor) * decay
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+    budget, history, step = minutes * 60, [], 0
+    while step < plan["total"]:
+        history = fit(model, batches, min(step + chunk, plan["total"]), optimizer, loss_fn, scheduler,
+                      progress=False, start=step, history=history, **fit_kwargs)
+        step, spent = len(history), history[-1]["seconds"]
+        recent = (spent - history[-chunk - 1]["seconds"]) / chunk if len(history) > chunk else spent / step
+        plan["total"] = max(step + int((budget - spent) / recent), step)
+        if on_chunk is not None:
+            on_chunk(step, history, plan["total"])
+        model.train()
+    return history
