@@ -23,4 +23,11 @@ def from_hf(source):
     return convert(source)
 
 
-__all__ = ["build", "preset", "presets", "count_parameters", "save", "load", "from_hf", "__version__"]
+def embed(folder_or_run, texts):
+    """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.cli.embed.embed`."""
+    from aiayn.cli.embed import embed as run
+
+    return run(folder_or_run, texts)
+
+
+__all__ = ["embed", "build", "preset", "presets", "count_parameters", "save", "load", "from_hf", "__version__"]

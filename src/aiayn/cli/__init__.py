@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
                     help="KIND (optional: hf, hf-gpt2, hf-marian) checks the folder's model type")
 
+    em = sub.add_parser("embed", help="L2-normalised sentence embeddings from a BERT (Hugging Face folder or run)")
+    em.add_argument("--model", required=True, help="a Hugging Face BERT folder (e.g. all-MiniLM-L6-v2) or a run")
+    em.add_argument("--similarity", action="store_true", help="print the cosine similarities instead")
+    em.add_argument("text", nargs="*", help="sentences; none: read lines from standard input")
+
     c = sub.add_parser("count", help="parameters of a preset, by part")
     c.add_argument("preset")
     c.add_argument("--json", action="store_true")
@@ -170,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"convert takes [KIND] FOLDER OUT, got {len(args.paths)} paths")
             kind = args.paths[0] if len(args.paths) == 3 else "hf"
             print(f"converted into {convert(args.paths[-2], args.paths[-1], kind)}")
+        elif args.command == "embed":
+            from aiayn.cli.embed import embed
+
+            texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+            vectors = embed(args.model, texts)
+            rows = (vectors @ vectors.T) if args.similarity else vectors
+            for row in rows.tolist():
+                print(json.dumps([round(v, 6) for v in row]))
         elif args.command == "average":
             from aiayn.training import average_checkpoints
 

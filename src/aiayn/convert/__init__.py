@@ -11,12 +11,13 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import gpt2, marian
+from aiayn.convert import bert, gpt2, marian
 from aiayn.convert.common import read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
     "marian": marian.convert,
     "gpt2": gpt2.convert,
+    "bert": bert.convert,
 }
 
 

@@ -90,11 +90,11 @@ def linear(src: Source, ours: str, theirs: str, out: dict[str, Tensor], bias: bo
         out[f"{ours}.bias"] = src.take(f"{theirs}.bias")
 
 
-def attention(src: Source, ours: str, theirs: str, out: dict[str, Tensor], names=("q_proj", "k_proj", "v_proj",
-                                                                                   "out_proj")) -> None:
-    """Separate q/k/v/out projections (BART, Marian, BERT-style names given in ``names``) -> our fused
-    ``in_proj`` and ``out_proj``."""
-    q, k, v, o = (f"{theirs}.{n}" for n in names)
+def attention(src: Source, ours: str, theirs: str, out: dict[str, Tensor],
+              names: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj"), out_proj: str | None = None) -> None:
+    """Separate q/k/v projections ``theirs.<names>`` and the output projection (``theirs.out_proj``, or
+    the full prefix ``out_proj``) -> our fused ``in_proj`` and ``out_proj``."""
+    q, k, v = (f"{theirs}.{n}" for n in names)
     out[f"{ours}.in_proj.weight"] = fused(*(src.take(f"{p}.weight") for p in (q, k, v)))
     out[f"{ours}.in_proj.bias"] = fused(*(src.take(f"{p}.bias") for p in (q, k, v)))
-    linear(src, f"{ours}.out_proj", o, out)
+    linear(src, f"{ours}.out_proj", out_proj or f"{theirs}.out_proj", out)

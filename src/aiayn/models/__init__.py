@@ -11,14 +11,15 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.models import gpt, transformer
+from aiayn.models import bert, gpt, transformer
 from aiayn.models.config import override, suggest
 
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (transformer.TransformerConfig, transformer.Transformer),
     "gpt": (gpt.GPTConfig, gpt.GPT),
+    "bert": (bert.BertConfig, bert.BERT),
 }
-_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS}
+_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS}
 
 
 def presets() -> list[str]:

@@ -1,0 +1,102 @@
+"""BERT (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``, ``BertForSequenceClassification``)
+-> our :class:`~aiayn.models.bert.BERT`.
+
+    embeddings.word / position / token_type_embeddings   -> embed.tokens / embed.positions / segments
+    embeddings.LayerNorm                                  -> embed_norm
+    encoder.layer.i.attention.self.{query,key,value}      -> encoder.layers.i.self_attn.in_proj (fused q | k | v)
+    encoder.layer.i.attention.output.dense / LayerNorm    -> encoder.layers.i.self_attn.out_proj / norm1
+    encoder.layer.i.intermediate.dense, output.dense      -> encoder.layers.i.ff.fc1, ff.fc2
+    encoder.layer.i.output.LayerNorm                      -> encoder.layers.i.norm2
+    pooler.dense                                          -> pooler
+    cls.predictions.transform.dense / LayerNorm, bias     -> mlm.dense / mlm.norm, mlm.bias (decoder tied)
+    cls.seq_relationship                                  -> nsp
+    classifier                                            -> classifier
+    embeddings.position_ids                               -> dropped (a buffer of older checkpoints)
+
+Models with a head keep the encoder under ``bert.``; ``BertModel`` has no prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from aiayn.convert.common import Source, attention, linear, load_converted
+from aiayn.models.bert import BERT, BertConfig
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+# (ours, theirs) per layer besides attention
+LAYER = [("norm1", "attention.output.LayerNorm"), ("ff.fc1", "intermediate.dense"), ("ff.fc2", "output.dense"),
+         ("norm2", "output.LayerNorm")]
+
+
+def config(hf: dict[str, Any], head: str) -> BertConfig:
+    """Our config for a ``BertConfig`` (as a dict) with the given head."""
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"position_embedding_type={hf['position_embedding_type']!r}: only 'absolute' converts")
+    if hf["hidden_act"] not in ACTIVATIONS:
+        raise ValueError(f"hidden_act={hf['hidden_act']!r} is not one of {sorted(ACTIVATIONS)}")
+    labels = len(hf.get("id2label") or {}) or hf.get("num_labels", 2)
+    return BertConfig(
+        vocab_size=hf["vocab_size"], max_len=hf["max_position_embeddings"], type_vocab_size=hf["type_vocab_size"],
+        d_model=hf["hidden_size"], n_heads=hf["num_attention_heads"], n_layers=hf["num_hidden_layers"],
+        d_ff=hf["intermediate_size"], dropout=hf["hidden_dropout_prob"],
+        attention_dropout=hf["attention_probs_dropout_prob"], activation=ACTIVATIONS[hf["hidden_act"]],
+        layer_norm_eps=hf["layer_norm_eps"], head=head, num_labels=labels, pad_id=hf.get("pad_token_id") or 0,
+        **_specials(hf["vocab_size"]),
+    )
+
+
+def _specials(vocab_size: int) -> dict[str, int]:
+    # BERT's WordPiece vocabularies put [CLS] [SEP] [MASK] at 101-103; smaller ones (ours, tests) follow
+    # aiayn.data.wordpiece's order, [CLS] 2, [SEP] 3, [MASK] 4.
+    return {} if vocab_size > 103 else {"cls_id": 2, "sep_id": 3, "mask_id": 4}
+
+
+def _head(src: Source) -> str:
+    if "cls.seq_relationship.weight" in src:
+        return "pretraining"
+    if "cls.predictions.bias" in src:
+        return "mlm"
+    if "classifier.weight" in src:
+        return "classification"
+    return "none"
+
+
+def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") -> BERT:
+    """Our :class:`BERT` (with the head the weights carry) computing what the Hugging Face BERT computes."""
+    src = Source(tensors, name)
+    cfg = config(hf, _head(src))
+    pre = "bert." if "bert.embeddings.word_embeddings.weight" in src else ""
+    out: dict[str, Tensor] = {
+        "embed.tokens.weight": src.take(f"{pre}embeddings.word_embeddings.weight"),
+        "embed.positions.weight": src.take(f"{pre}embeddings.position_embeddings.weight"),
+        "segments.weight": src.take(f"{pre}embeddings.token_type_embeddings.weight"),
+    }
+    linear(src, "embed_norm", f"{pre}embeddings.LayerNorm", out)
+    for i in range(cfg.n_layers):
+        ours, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
+        attention(src, f"{ours}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),
+                  out_proj=f"{theirs}.attention.output.dense")
+        for a, b in LAYER:
+            linear(src, f"{ours}.{a}", f"{theirs}.{b}", out)
+    if f"{pre}pooler.dense.weight" in src:
+        linear(src, "pooler", f"{pre}pooler.dense", out)
+    else:  # BertForMaskedLM has no pooler; ours is then unused, left at zero
+        out["pooler.weight"], out["pooler.bias"] = torch.zeros(cfg.d_model, cfg.d_model), torch.zeros(cfg.d_model)
+    if cfg.head in ("pretraining", "mlm"):
+        linear(src, "mlm.dense", "cls.predictions.transform.dense", out)
+        linear(src, "mlm.norm", "cls.predictions.transform.LayerNorm", out)
+        out["mlm.bias"] = src.take("cls.predictions.bias")
+        src.alias("cls.predictions.decoder.bias", out["mlm.bias"])
+        src.alias("cls.predictions.decoder.weight", out["embed.tokens.weight"])
+        out["mlm.tokens.weight"] = out["embed.tokens.weight"]
+    if cfg.head == "pretraining":
+        linear(src, "nsp", "cls.seq_relationship", out)
+    if cfg.head == "classification":
+        linear(src, "classifier", "classifier", out)
+    src.check_all_taken(ignore=("embeddings.position_ids",))
+    return load_converted(BERT(cfg), out, name)

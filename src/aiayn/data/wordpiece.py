@@ -1,0 +1,100 @@
+"""WordPiece, BERT's tokenizer (Wu et al., 2016; Devlin et al., 2019), run by Hugging Face ``tokenizers``.
+
+Text is lower-cased and split on whitespace and punctuation; each word is then cut greedily into the
+longest pieces in the vocabulary, continuation pieces marked ``##``:
+
+    "Unaffable people"  ->  [CLS] un ##aff ##able people [SEP]
+
+A pair becomes ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
+Our trained vocabularies put the specials first: ``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]`` 2, ``[SEP]`` 3,
+``[MASK]`` 4; BERT's own ``vocab.txt`` keeps its ids (``[PAD]`` 0, ``[CLS]`` 101, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from torch import Tensor
+
+from aiayn.io import write_text
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class WordPieceTokenizer:
+    """A ``tokenizers`` WordPiece tokenizer with BERT's specials; ``pad_id``, ``cls_id``, ``sep_id``,
+    ``mask_id``, ``unk_id`` name their ids."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        ids = {s: tokenizer.token_to_id(s) for s in SPECIALS}
+        missing = [s for s, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"a BERT tokenizer needs the special tokens {list(SPECIALS)}; missing {missing}")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (ids[s] for s in SPECIALS)
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", self.cls_id), ("[SEP]", self.sep_id)])
+        self.tokenizer = tokenizer
+
+    @staticmethod
+    def _empty(vocab: dict[str, int] | None = None, lowercase: bool = True) -> Tokenizer:
+        tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]") if vocab else models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        return tok
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> WordPieceTokenizer:
+        """Learn a vocabulary of at most ``vocab_size`` pieces from ``texts``."""
+        tok = cls._empty()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=list(SPECIALS))
+        tok.train_from_iterator(texts, trainer)
+        return cls(tok)
+
+    @classmethod
+    def from_vocab(cls, path: str | os.PathLike, lowercase: bool = True) -> WordPieceTokenizer:
+        """BERT's ``vocab.txt``: one piece per line, the line number is its id."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        return cls(cls._empty({piece: i for i, piece in enumerate(lines)}, lowercase))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> WordPieceTokenizer:
+        """A ``tokenizer.json`` (ours, or one that came with BERT weights)."""
+        return cls(Tokenizer.from_file(str(path)))
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_text(path, self.tokenizer.to_str())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
+        """``(ids, segment ids)`` of ``[CLS] text [SEP]`` or ``[CLS] text [SEP] pair [SEP]``."""
+        enc = self.tokenizer.encode(text, pair)
+        return enc.ids, enc.type_ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode([int(i) for i in ids])
+
+    def batch(self, texts: Sequence[str], max_len: int = 512) -> tuple[Tensor, Tensor, Tensor]:
+        """``(ids, segment ids, attention mask)``, each ``(B, T)``: single texts, cut to ``max_len``
+        tokens (keeping the final ``[SEP]``), padded on the right."""
+        rows = []
+        for ids, _ in (self.encode(t) for t in texts):
+            rows.append(ids if len(ids) <= max_len else ids[: max_len - 1] + [self.sep_id])
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        return ids, torch.zeros_like(ids), mask
+
+
+__all__ = ["WordPieceTokenizer", "SPECIALS"]
