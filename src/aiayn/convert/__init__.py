@@ -11,11 +11,12 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import bert, gpt2, marian
+from aiayn.convert import bert, gpt2, seq2seq
 from aiayn.convert.common import read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
-    "marian": marian.convert,
+    "marian": seq2seq.convert,
+    "bart": seq2seq.convert,
     "gpt2": gpt2.convert,
     "bert": bert.convert,
 }

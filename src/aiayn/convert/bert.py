@@ -1,8 +1,8 @@
 """BERT (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``, ``BertForSequenceClassification``)
 -> our :class:`~aiayn.models.bert.BERT`.
 
-    embeddings.word / position / token_type_embeddings   -> embed.tokens / embed.positions / segments
-    embeddings.LayerNorm                                  -> embed_norm
+    embeddings.word / position / token_type_embeddings   -> embed.tokens / embed.positions / embed.segments
+    embeddings.LayerNorm                                  -> embed.norm
     encoder.layer.i.attention.self.{query,key,value}      -> encoder.layers.i.self_attn.in_proj (fused q | k | v)
     encoder.layer.i.attention.output.dense / LayerNorm    -> encoder.layers.i.self_attn.out_proj / norm1
     encoder.layer.i.intermediate.dense, output.dense      -> encoder.layers.i.ff.fc1, ff.fc2
@@ -74,9 +74,9 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") 
     out: dict[str, Tensor] = {
         "embed.tokens.weight": src.take(f"{pre}embeddings.word_embeddings.weight"),
         "embed.positions.weight": src.take(f"{pre}embeddings.position_embeddings.weight"),
-        "segments.weight": src.take(f"{pre}embeddings.token_type_embeddings.weight"),
+        "embed.segments.weight": src.take(f"{pre}embeddings.token_type_embeddings.weight"),
     }
-    linear(src, "embed_norm", f"{pre}embeddings.LayerNorm", out)
+    linear(src, "embed.norm", f"{pre}embeddings.LayerNorm", out)
     for i in range(cfg.n_layers):
         ours, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
         attention(src, f"{ours}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),

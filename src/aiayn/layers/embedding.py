@@ -42,6 +42,9 @@ class Embedding(nn.Module):
         dropout: P_drop applied to the sum (section 5.4).
         scale: multiply token embeddings by sqrt(d_model) (section 3.4).
         tokens: an existing ``nn.Embedding`` to share (source/target sharing).
+        offset: learned positions start at this row (BART's tables keep 2 unused rows first).
+        segments: number of segment (token type) embeddings added to the sum (BERT: 2); 0 for none.
+        norm_eps: LayerNorm the sum before dropout with this epsilon (BERT, BART); ``None`` for none.
     """
 
     def __init__(
@@ -54,6 +57,9 @@ class Embedding(nn.Module):
         scale: bool = True,
         padding_idx: int | None = None,
         tokens: nn.Embedding | None = None,
+        offset: int = 0,
+        segments: int = 0,
+        norm_eps: float | None = None,
     ) -> None:
         super().__init__()
         if positional not in POSITIONAL:
@@ -67,21 +73,28 @@ class Embedding(nn.Module):
         self.tokens = tokens
         self.scale = math.sqrt(d_model) if scale else 1.0
         if positional == "learned":
-            self.positions: nn.Module | None = LearnedPositionalEmbedding(max_len, d_model)
+            self.positions: nn.Module | None = LearnedPositionalEmbedding(max_len, d_model, offset)
         elif positional.startswith("sinusoidal"):
             layout = "concat" if positional == "sinusoidal-concat" else "interleaved"
             self.positions = SinusoidalPositionalEncoding(d_model, max_len, layout)
         else:
             self.positions = None
+        self.segments = nn.Embedding(segments, d_model) if segments else None
+        self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_eps is not None else None
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor, start: int = 0, position_ids: Tensor | None = None,
+                segment_ids: Tensor | None = None) -> Tensor:
         """``(B, T)`` ids at positions ``start ..`` (or at ``position_ids`` ``(B, T)``, for rows padded
-        on the left) -> ``(B, T, C)``."""
+        on the left), in segments ``segment_ids`` ``(B, T)`` (default 0) -> ``(B, T, C)``."""
         check_ids(ids, self.tokens.num_embeddings)
         x = self.tokens(ids)
         if self.scale != 1.0:
             x = x * self.scale
         if self.positions is not None:
             x = x + self.positions(ids.size(1), start, position_ids)
+        if self.segments is not None:
+            x = x + self.segments(torch.zeros_like(ids) if segment_ids is None else segment_ids)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)

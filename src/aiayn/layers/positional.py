@@ -56,17 +56,20 @@ class SinusoidalPositionalEncoding(nn.Module):
 class LearnedPositionalEmbedding(nn.Module):
     """One learned vector per position, the alternative of section 3.5 (and GPT, BERT, ViT)."""
 
-    def __init__(self, max_len: int, d_model: int) -> None:
+    def __init__(self, max_len: int, d_model: int, offset: int = 0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        self.max_len, self.offset = max_len, offset  # position p reads row p + offset (BART: offset 2)
+        self.weight = nn.Parameter(torch.empty(max_len + offset, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
         """Vectors ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``."""
         end = start + t if position_ids is None else int(position_ids.max()) + 1
-        if end > self.weight.size(0):
+        if end > self.max_len:
             raise ValueError(
-                f"sequence of {end} positions is longer than the {self.weight.size(0)} learned positions "
+                f"sequence of {end} positions is longer than the {self.max_len} learned positions "
                 f"(max_len); use a shorter input or sinusoidal positions"
             )
-        return self.weight[start : start + t] if position_ids is None else self.weight[position_ids]
+        if position_ids is None:
+            return self.weight[self.offset + start : self.offset + start + t]
+        return self.weight[position_ids + self.offset]

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.models import bert, gpt, transformer
+from aiayn.models import bart, bert, gpt, transformer
 from aiayn.models.config import override, suggest
 
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
@@ -19,7 +19,7 @@ FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
     "gpt": (gpt.GPTConfig, gpt.GPT),
     "bert": (bert.BertConfig, bert.BERT),
 }
-_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS}
+_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS, **bart.PRESETS}
 
 
 def presets() -> list[str]:

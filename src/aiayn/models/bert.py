@@ -100,11 +100,9 @@ class BERT(nn.Module):
     def __init__(self, cfg: BertConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding(cfg.vocab_size, cfg.d_model, max_len=cfg.max_len, positional="learned", dropout=0.0,
-                               scale=False, padding_idx=cfg.pad_id)
-        self.segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
-        self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, max_len=cfg.max_len, positional="learned",
+                               dropout=cfg.dropout, scale=False, padding_idx=cfg.pad_id,
+                               segments=cfg.type_vocab_size, norm_eps=cfg.layer_norm_eps)
         self.encoder = Stack(
             [EncoderBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
                           activation=cfg.activation, norm_first=False, eps=cfg.layer_norm_eps)
@@ -135,13 +133,10 @@ class BERT(nn.Module):
             attention_mask: ``(B, T)`` 1/``True`` for real tokens; default: every token but ``pad_id``.
         """
         check_ids(ids, self.cfg.vocab_size)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(ids)
-        elif token_type_ids.shape != ids.shape:
+        if token_type_ids is not None and token_type_ids.shape != ids.shape:
             raise ValueError(f"token_type_ids must have the shape of ids {tuple(ids.shape)}, "
                              f"got {tuple(token_type_ids.shape)}")
-        x = self.embed_dropout(self.embed_norm(self.embed(ids) + self.segments(token_type_ids)))
-        return self.encoder(x, self.key_mask(ids, attention_mask))
+        return self.encoder(self.embed(ids, segment_ids=token_type_ids), self.key_mask(ids, attention_mask))
 
     def key_mask(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """``(B, 1, 1, T)`` bool, ``True`` = may attend, from ``attention_mask`` or from ``pad_id``."""
@@ -172,7 +167,7 @@ class BERT(nn.Module):
         """``(B, T, C)`` -> ``(B, num_labels)`` (head ``classification``)."""
         if self.classifier is None:
             raise ValueError(f"this BERT has head={self.cfg.head!r}; build it with head='classification'")
-        return self.classifier(self.embed_dropout(self.pooled(hidden)))
+        return self.classifier(self.embed.dropout(self.pooled(hidden)))
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor, normalize: bool = True) -> Tensor:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from aiayn.layers import DecoderBlock, DecoderCache, Embedding, Stack, causal_mask, combine

@@ -46,6 +46,9 @@ class TransformerConfig:
     norm_first: bool = False
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = True
+    embed_norm: bool = False
+    positional_offset: int = 0
+    output_bias: bool = True
     share_embeddings: bool = True
     tie_output: bool = True
     pad_id: int = 0
@@ -67,8 +70,10 @@ class TransformerConfig:
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"{name}={getattr(self, name)} must be a token id inside both vocabularies")
-        if self.eos_id in (self.pad_id, self.bos_id):
-            raise ValueError(f"eos_id={self.eos_id} must differ from pad_id={self.pad_id} and bos_id={self.bos_id}")
+        if self.eos_id == self.pad_id:
+            raise ValueError(f"eos_id={self.eos_id} must differ from pad_id={self.pad_id}")
+        if self.positional_offset < 0:
+            raise ValueError(f"positional_offset={self.positional_offset} must be >= 0")
 
     @property
     def d_head(self) -> int:
@@ -95,7 +100,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         emb = dict(d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional, dropout=cfg.dropout,
-                   scale=cfg.scale_embedding, padding_idx=cfg.pad_id)
+                   scale=cfg.scale_embedding, padding_idx=cfg.pad_id, offset=cfg.positional_offset,
+                   norm_eps=cfg.layer_norm_eps if cfg.embed_norm else None)
         self.src_embed = Embedding(cfg.src_vocab_size, **emb)
         shared = self.src_embed.tokens if cfg.share_embeddings else None
         self.tgt_embed = Embedding(cfg.tgt_vocab_size, tokens=shared, **emb)
@@ -107,7 +113,7 @@ class Transformer(nn.Module):
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
         self.decoder = Stack([DecoderBlock(**block) for _ in range(cfg.n_decoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size)  # section 3.4: linear, then softmax
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)  # 3.4: linear, softmax
         self._init_weights()
         if cfg.tie_output:
             self.generator.weight = self.tgt_embed.tokens.weight
