@@ -17,9 +17,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a model; with no arguments, the default job (about two minutes on a CPU)")
-    t.add_argument("--task", default="dates", choices=["dates", "copy", "lm"],
+    t.add_argument("--task", default="dates", choices=["dates", "copy", "lm", "mlm"],
                    help="dates: free English dates -> ISO (default); copy: copy random strings; lm: a GPT "
-                        "language model (on made-up date lines, or on --data FILE)")
+                        "language model (on made-up date lines, or on --data FILE); mlm: BERT pre-training "
+                        "(masked LM + next sentence, on made-up date pairs or on --data FILE)")
     t.add_argument("--data", nargs="+", default=None, metavar="DATA",
                    help="a corpus instead of a synthetic task: 'multi30k' (with --data-dir), a TSV file of pairs "
                         "(Tatoeba's cmn.txt), or two aligned text files (plain or .gz); with --task lm, any text file")
@@ -28,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--tgt-lang", default="en")
     t.add_argument("--tokenizer", choices=["char", "bpe"], default=None,
                    help="default: char for synthetic tasks, joint BPE for a corpus")
-    t.add_argument("--vocab-size", type=int, default=8000, help="BPE vocabulary size")
+    t.add_argument("--vocab-size", type=int, default=None,
+                   help="subword vocabulary size (default 8000 BPE; lm 4000 BPE; mlm 2000 WordPiece)")
     t.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 500; 1000 for a corpus file)")
     t.add_argument("--preset", default=None, help="default transformer-tiny, or gpt-tiny for --task lm")
     t.add_argument("--steps", type=int, default=None, help="optimizer updates (default 1000; 1500 for --task lm)")
@@ -37,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=int, default=None,
                    help="validate every N updates, keeping the best checkpoint (default: at the end; 200 for lm)")
     t.add_argument("--block", type=int, default=64, help="lm: context length of training blocks")
-    t.add_argument("--batch-size", type=int, default=16, help="lm: blocks per batch")
+    t.add_argument("--batch-size", type=int, default=None, help="lm: blocks per batch (16); mlm: pairs (32)")
     t.add_argument("--lr", type=float, default=3e-3, help="lm: peak learning rate (AdamW, cosine decay)")
     t.add_argument("--save-every", type=int, default=500,
                    help="write the training state every N updates (and on Ctrl-C), so --resume can continue")
@@ -118,28 +120,44 @@ def main(argv: list[str] | None = None) -> int:
                 from aiayn.cli.lm import resume_lm
                 from aiayn.cli.runs import read_args
 
-                resume = resume_lm if read_args(args.resume).get("task") == "lm" else resume_training
+                task = read_args(args.resume).get("task")
+                if task == "mlm":
+                    parser.error("--resume does not continue --task mlm runs yet")
+                resume = resume_lm if task == "lm" else resume_training
                 resume(args.resume, args.steps, progress=not args.no_progress)
                 return 0
-            _positive(parser, args, "max_tokens", "warmup", "lr_factor", "accum", "beam", "vocab_size", "block",
-                      "batch_size", "lr")
+            _positive(parser, args, "max_tokens", "warmup", "lr_factor", "accum", "beam", "block", "lr")
+            for name in ("vocab_size", "batch_size"):
+                if getattr(args, name) is not None:
+                    _positive(parser, args, name)
             for name in ("eval_every", "save_every"):
                 if (getattr(args, name) or 0) < 0:
                     parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+            if args.task == "mlm":
+                from aiayn.cli.mlm import train_mlm
+
+                if args.data and len(args.data) != 1:
+                    parser.error(f"--task mlm takes one text file as --data, got {len(args.data)}")
+                train_mlm(data=args.data[0] if args.data else None, vocab_size=args.vocab_size or 2000,
+                          preset=args.preset or "bert-tiny", steps=args.steps or 1000,
+                          batch_size=args.batch_size or 32, seed=args.seed, out=args.out,
+                          name=args.name, progress=not args.no_progress,
+                          eval_every=250 if args.eval_every is None else args.eval_every)
+                return 0
             if args.task == "lm":
                 from aiayn.cli.lm import train_lm
 
                 if args.data and len(args.data) != 1:
                     parser.error(f"--task lm takes one text file as --data, got {len(args.data)}")
                 train_lm(data=args.data[0] if args.data else None, tokenizer=args.tokenizer,
-                         vocab_size=args.vocab_size, preset=args.preset or "gpt-tiny", steps=args.steps or 1500,
-                         block=args.block, batch_size=args.batch_size, accum=args.accum, lr=args.lr,
+                         vocab_size=args.vocab_size or 4000, preset=args.preset or "gpt-tiny", steps=args.steps or 1500,
+                         block=args.block, batch_size=args.batch_size or 16, accum=args.accum, lr=args.lr,
                          eval_every=200 if args.eval_every is None else args.eval_every, save_every=args.save_every,
                          bf16=args.bf16, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
                 return 0
             n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
             train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
-                  tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                  tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size or 8000,
                   preset=args.preset or "transformer-tiny", steps=args.steps or 1000, max_tokens=args.max_tokens,
                   accum=args.accum, eval_every=args.eval_every or 0, save_every=args.save_every, bf16=args.bf16,
                   beam=args.beam, warmup=args.warmup, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
