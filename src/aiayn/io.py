@@ -5,12 +5,15 @@ A crash at any moment leaves either the old file or the new one, never half of e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 
 def _umask() -> int:
@@ -49,3 +52,26 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of named tensors (names, dtypes, shapes and bytes, in name order).
+
+    Checkpoints keep it in their own metadata, so a file whose bytes changed after writing (a flipped
+    bit, a copy cut short that safetensors' own header checks miss) is refused, and the check can never
+    disagree with the file it describes, as a checksum file written beside it could after a crash.
+    """
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def check_digest(file: str | os.PathLike, tensors: dict[str, torch.Tensor], expected: str | None) -> None:
+    """Raise ``ValueError`` naming ``file`` when ``tensors`` do not hash to ``expected`` (``None``: a file
+    written before digests were kept, accepted)."""
+    if expected is not None and digest(tensors) != expected:
+        raise ValueError(f"{file} is corrupted: its tensors do not match the SHA-256 digest stored in it when it "
+                         f"was written; it was not loaded")

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.cli.lm import generate, resume_lm, train_lm
+from aiayn.cli.lm import generate, train_lm
+from aiayn.cli.train import resume_training
 from aiayn.data import BPETokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -61,7 +62,7 @@ def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped
     with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
         train_lm(out=tmp_path / "b", **common)
     monkeypatch.undo()
-    resumed = resume_lm(tmp_path / "b" / "lm-dates", progress=False, verbose=False, show=0)
+    resumed = resume_training(tmp_path / "b" / "lm-dates", progress=False, verbose=False, show=0)
     a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import aiayn
-from aiayn.cli.runs import Run, new_run_dir, read_args
+from aiayn.cli.runs import Run, new_run_dir
 from aiayn.data import BPETokenizer, CharTokenizer, lm_batches, lm_blocks, load_tokenizer, make_pairs
 from aiayn.decoding import sample, stream
 from aiayn.io import write_json
@@ -267,13 +267,4 @@ def print_stream(pieces: Iterator[str]) -> None:
     sys.stdout.write("\n")
 
 
-def resume_lm(run: str | os.PathLike, steps: int | None = None, **display: Any) -> dict[str, Any]:
-    """Continue an LM run from its saved state (see :func:`aiayn.cli.train.resume_training`)."""
-    args = read_args(run)
-    args.pop("task", None)
-    if steps is not None:
-        args["steps"] = steps
-    return train_lm(**args, **display, resume=Path(run))
-
-
-__all__ = ["train_lm", "generate", "load_lm_run", "complete", "resume_lm"]
+__all__ = ["train_lm", "generate", "load_lm_run", "complete"]

@@ -109,7 +109,9 @@ def train_mlm(
     out: str | os.PathLike = "runs",
     name: str | None = None,
     progress: bool = True,
+    show: int = 0,
     verbose: bool = True,
+    resume: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Pre-train a small BERT with masked-LM and next-sentence losses; report both accuracies.
@@ -118,12 +120,15 @@ def train_mlm(
         data: a UTF-8 text file, one sentence per line, consecutive lines continuing each other (the last
             10% of the lines are held out); ``None`` makes date pairs.
         max_len: tokens per pair.
+        show: unused (every training command takes it).
+        resume: a run folder to continue (``aiayn train --resume``).
         overrides: config fields of the preset.
 
     Returns:
         ``{"run", "mlm_accuracy", "nsp_accuracy", "val_loss", "validation", "history", "seconds"}``.
     """
-    args = {k: v for k, v in locals().items() if k not in ("progress", "verbose", "out", "name", "overrides")}
+    args = {k: v for k, v in locals().items() if k not in ("progress", "verbose", "show", "out", "name", "resume",
+                                                          "overrides")}
     args.update(overrides, task="mlm")
     say = print if verbose else (lambda *a, **k: None)
     torch.manual_seed(seed)
@@ -138,7 +143,10 @@ def train_mlm(
         run_name = f"mlm-{Path(data).stem}"
     if len(test_pairs) < 1:
         raise ValueError("the held-out part of the data makes no sentence pairs; give a longer file")
-    tok = WordPieceTokenizer.train([t for a, b, _ in train_pairs for t in (a, b)], vocab_size=vocab_size)
+    if resume is not None:
+        tok = WordPieceTokenizer.load(Path(resume) / "tokenizer.json")
+    else:
+        tok = WordPieceTokenizer.train([t for a, b, _ in train_pairs for t in (a, b)], vocab_size=vocab_size)
     cfg = aiayn.preset(preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "cls_id": tok.cls_id,
                                   "sep_id": tok.sep_id, "mask_id": tok.mask_id, "max_len": max_len,
                                   "head": "pretraining", **overrides})
@@ -146,11 +154,15 @@ def train_mlm(
     train_ex, test_ex = encode(tok, train_pairs, max_len), encode(tok, test_pairs, max_len)
     say(f"data {run_name}: {len(train_ex):,} training pairs, {len(test_ex):,} held out; WordPiece {tok.vocab_size:,}")
     say(f"model {preset}: {aiayn.count_parameters(model):,} parameters; {steps} updates of {batch_size} pairs")
-    run = new_run_dir(out, name or run_name)
-    tok.save(run / "tokenizer.json")
-    write_json(run / "args.json", args)
+    if resume is None:
+        run = new_run_dir(out, name or run_name)
+        tok.save(run / "tokenizer.json")
+        write_json(run / "args.json", args)
+    else:
+        run = Path(resume)
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay=0.01, betas=(0.9, 0.999))
     state = Run(run, model, optimizer, scheduler)
+    done, history = state.restore() if resume is not None else (0, [])
 
     def losses(model, batch):
         inputs, segments, mask, labels, nsp = batch
@@ -185,9 +197,12 @@ def train_mlm(
         say(f"\n  step {step}: masked-token loss {record['val_loss']:.3f}, accuracy {record['mlm_accuracy']:.1%}; "
             f"next-sentence accuracy {record['nsp_accuracy']:.1%}")
 
-    history = fit(model, batches(train_ex, batch_size, tok, cfg.vocab_size, seed), steps, optimizer, loss_fn,
-                  scheduler, progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate,
-                  save=state.save, save_every=save_every)
+    try:
+        history = fit(model, batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=done), steps, optimizer,
+                      loss_fn, scheduler, progress=progress, desc=f"train {run_name}", every=eval_every,
+                      callback=validate, start=done, history=history, save=state.save, save_every=save_every)
+    except KeyboardInterrupt as e:
+        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
     aiayn.save(model, run)
     last = state.validation[-1]
     result = {"run": run, "mlm_accuracy": last["mlm_accuracy"], "nsp_accuracy": last["nsp_accuracy"],

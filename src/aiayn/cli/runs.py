@@ -7,6 +7,7 @@
       best.safetensors          the weights with the lowest validation loss so far
       validation.json           one record per validation
       history.csv               one row per update: loss, learning rate, tokens, seconds
+      .lock                     the process id of the run training in the folder
 """
 
 from __future__ import annotations
@@ -52,6 +53,37 @@ def to_csv(history: list[dict[str, float]]) -> str:
     return buf.getvalue()
 
 
+class FolderLocked(RuntimeError):
+    """Another live process is training in the run folder."""
+
+
+def lock(folder: Path) -> None:
+    """Claim ``folder`` for this process: refuse if another live process is training in it.
+
+    The lock is a file holding the owner's process id; one whose process is gone (killed, even by
+    SIGKILL) is stale and taken over, so a crash never leaves a folder locked.
+    """
+    file = folder / ".lock"
+    try:
+        owner = int(file.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        owner = 0
+    if owner and owner != os.getpid() and _alive(owner):
+        raise FolderLocked(f"another process (pid {owner}) is training in {folder}; wait for it or stop it first "
+                           f"(two runs writing one folder would overwrite each other's state)")
+    write_text(file, f"{os.getpid()}\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
 class Run:
     """The training side of a run folder: saving and restoring the state, keeping the best weights.
 
@@ -64,6 +96,8 @@ class Run:
     def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1) -> None:
         self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
         self.validation: list[dict[str, float]] = []
+        lock(folder)
+
 
     def restore(self) -> tuple[int, list[dict[str, float]]]:
         """Load the saved state into model, optimizer, scheduler and the generator: ``(step, history)``."""

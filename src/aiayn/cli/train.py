@@ -9,6 +9,7 @@ with a BPE vocabulary, and reports validation loss, BLEU and chrF.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import time
@@ -249,13 +250,30 @@ def train(
 
 
 def resume_training(run: str | os.PathLike, steps: int | None = None, **display: Any) -> dict[str, Any]:
-    """Continue the run in folder ``run`` from its last saved state, with the arguments it was started
-    with (``steps`` may raise the number of updates). It ends with exactly the weights and log of a run
+    """Continue the run in folder ``run`` (of any ``--task``: translation, ``lm``, ``mlm``, ``denoise``, ``image``, ``detect``)
+    from its last saved state, with the arguments it was started with (``steps`` may raise the number
+    of updates). It ends with exactly the weights and log of a run
     never interrupted. ``display``: ``progress``, ``verbose``, ``show``."""
     args = read_args(run)
     if steps is not None:
         args["steps"] = steps
-    return train(**args, **display, resume=Path(run))
+    task = args.get("task")
+    if task == "lm":
+        from aiayn.cli.lm import train_lm as fn
+    elif task == "mlm":
+        from aiayn.cli.mlm import train_mlm as fn
+    elif task == "denoise":
+        from aiayn.cli.denoise import train_denoise as fn
+    elif task == "image":
+        from aiayn.cli.image import train_image as fn
+    elif task == "detect":
+        from aiayn.cli.detect import train_detr as fn
+    else:
+        fn = train
+    if fn is not train:
+        del args["task"]
+    takes = inspect.signature(fn).parameters
+    return fn(**args, **{k: v for k, v in display.items() if k in takes}, resume=Path(run))
 
 
 def _batches_once(pairs, max_tokens: int, cfg):

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import bert, gpt2, seq2seq
+from aiayn.convert import bert, detr, gpt2, seq2seq, swin, vit
 from aiayn.convert.common import read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
@@ -19,6 +19,9 @@ CONVERTERS: dict[str, Callable[..., nn.Module]] = {
     "bart": seq2seq.convert,
     "gpt2": gpt2.convert,
     "bert": bert.convert,
+    "vit": vit.convert,
+    "swin": swin.convert,
+    "detr": detr.convert,
 }
 
 

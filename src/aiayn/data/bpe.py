@@ -29,6 +29,7 @@ from aiayn.io import write_text
 
 # The byte alphabet every byte-level vocabulary holds, plus the four specials.
 MIN_VOCAB_SIZE = len(SPECIALS) + len(pre_tokenizers.ByteLevel.alphabet())
+MASK = "<mask>"
 
 
 class BPETokenizer:
@@ -48,9 +49,11 @@ class BPETokenizer:
         tokenizer.encode_special_tokens = True
         self.tokenizer = tokenizer
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = PAD, BOS, EOS, UNK
+        self.mask_id = tokenizer.token_to_id(MASK)  # None unless trained with mask=True (BART's <mask>)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> BPETokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2,
+              mask: bool = False) -> BPETokenizer:
         """Learn merges from ``texts`` until the vocabulary holds ``vocab_size`` tokens (or no pair is
         seen ``min_frequency`` times).
 
@@ -58,14 +61,15 @@ class BPETokenizer:
             texts: training sentences.
             vocab_size: the most tokens, specials and the 256 bytes included; at least 260.
             min_frequency: how often a pair must occur to be merged.
+            mask: add a ``<mask>`` token (id 4) for denoising pre-training; it decodes as ``<mask>``.
 
         Returns:
             The trained tokenizer; its ``vocab_size`` is at most the one asked for.
         """
-        if vocab_size < MIN_VOCAB_SIZE:
+        if vocab_size < MIN_VOCAB_SIZE + mask:
             raise ValueError(
-                f"vocab_size={vocab_size} is too small: a byte-level vocabulary holds {len(SPECIALS)} specials "
-                f"and 256 bytes, so it must be at least {MIN_VOCAB_SIZE}"
+                f"vocab_size={vocab_size} is too small: a byte-level vocabulary holds {len(SPECIALS) + mask} specials "
+                f"and 256 bytes, so it must be at least {MIN_VOCAB_SIZE + mask}"
             )
         if min_frequency < 1:
             raise ValueError(f"min_frequency={min_frequency} must be at least 1")
@@ -76,7 +80,7 @@ class BPETokenizer:
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=list(SPECIALS),  # given first, so they get ids 0-3
+            special_tokens=list(SPECIALS) + [MASK] * mask,  # given first, so they get ids 0-3 (and 4)
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen in training or not
             show_progress=False,
         )

@@ -84,4 +84,27 @@ def document_rotation(ids: Sequence[int], rng: np.random.Generator) -> list[int]
     return list(ids[k:]) + list(ids[:k])
 
 
-__all__ = ["token_masking", "token_deletion", "text_infilling", "sentence_permutation", "document_rotation"]
+NOISES = ("permute", "rotate", "mask", "delete", "infill")
+
+
+def corrupt(sentences: Sequence[Sequence[int]], mask_id: int, rng: np.random.Generator,
+            noise: Sequence[str] = ("permute", "infill"), ratio: float = 0.3) -> list[int]:
+    """A document (its sentences as token lists) corrupted by the named ``noise`` functions, applied in
+    the order of :data:`NOISES`: sentence-level first, then token-level. BART's best setting is
+    ``("permute", "infill")`` with ``ratio=0.3`` (section 5.1)."""
+    unknown = sorted(set(noise) - set(NOISES))
+    if unknown:
+        raise ValueError(f"noise={list(noise)}: unknown {unknown}; expected a subset of {list(NOISES)}")
+    ids = sentence_permutation(sentences, rng) if "permute" in noise else [t for s in sentences for t in s]
+    if "rotate" in noise:
+        ids = document_rotation(ids, rng)
+    if "mask" in noise:
+        ids = token_masking(ids, mask_id, ratio, rng)
+    if "delete" in noise:
+        ids = token_deletion(ids, ratio, rng)
+    if "infill" in noise:
+        ids = text_infilling(ids, mask_id, ratio, rng)
+    return ids
+
+
+__all__ = ["NOISES", "corrupt", "token_masking", "token_deletion", "text_infilling", "sentence_permutation", "document_rotation"]

@@ -48,6 +48,8 @@ class WordPieceTokenizer:
         tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
+        if vocab:  # specials are whole tokens, never split, and decoding skips them
+            tok.add_special_tokens([s for s in SPECIALS if s in vocab])
         return tok
 
     @classmethod
@@ -57,7 +59,10 @@ class WordPieceTokenizer:
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=list(SPECIALS))
         tok.train_from_iterator(texts, trainer)
-        return cls(tok)
+        # The trainer numbers the pieces in an order that varies from run to run (it iterates hash
+        # maps); number them specials first, then sorted, so the same texts always give the same ids.
+        pieces = sorted(set(tok.get_vocab()) - set(SPECIALS))
+        return cls(cls._empty({piece: i for i, piece in enumerate([*SPECIALS, *pieces])}))
 
     @classmethod
     def from_vocab(cls, path: str | os.PathLike, lowercase: bool = True) -> WordPieceTokenizer:

@@ -93,6 +93,11 @@ class MultiHeadAttention(nn.Module):
     ``torch.nn.MultiheadAttention`` and GPT-2's ``c_attn`` lay them out: one matmul for
     self-attention; for cross-attention the query rows apply to the decoder state and the key/value
     rows to the encoder output ("memory").
+
+    DETR (Carion et al., 2020, section 3.2 and figure 10) adds positional encodings to the queries and keys
+    of every attention but never to the values: ``pos`` is added to ``x`` before the query (and, in
+    self-attention, key) projection, ``memory_pos`` to ``memory`` before the key projection. Without
+    them self-attention stays one fused matmul.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
@@ -107,11 +112,18 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, -1).transpose(1, 2)  # (B, H, T, D)
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``."""
+    def _project(self, x: Tensor, rows: slice) -> Tensor:
+        """``x`` ``(B, T, C)`` through the rows ``rows`` of ``in_proj`` (q: ``[:C]``, k: ``[C:2C]``, v: ``[2C:]``)."""
+        return F.linear(x, self.in_proj.weight[rows], None if self.in_proj.bias is None else self.in_proj.bias[rows])
+
+    def project_kv(self, memory: Tensor, memory_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``; ``memory_pos`` ``(B, S, C)``, if
+        given, is added to the keys' input only (DETR)."""
         c = self.d_model
-        kv = F.linear(memory, self.in_proj.weight[c:], None if self.in_proj.bias is None else self.in_proj.bias[c:])
-        k, v = kv.split(c, dim=-1)
+        if memory_pos is None:
+            k, v = self._project(memory, slice(c, None)).split(c, dim=-1)
+        else:
+            k, v = self._project(memory + memory_pos, slice(c, 2 * c)), self._project(memory, slice(2 * c, None))
         return self._heads(k), self._heads(v)
 
     def forward(
@@ -123,6 +135,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         kv: tuple[Tensor, Tensor] | None = None,
         cache=None,
+        pos: Tensor | None = None,
+        memory_pos: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
 
@@ -136,13 +150,21 @@ class MultiHeadAttention(nn.Module):
                 ``memory`` (a decoding cache).
             cache: a :class:`aiayn.layers.kv_cache.KVCache` for self-attention: the new keys and
                 values are appended and the queries attend to everything cached.
+            pos: ``(B, T, C)`` (or broadcastable) positional encodings added to the queries' input, and in
+                self-attention to the keys' input too; never to the values (DETR).
+            memory_pos: ``(B, S, C)`` positional encodings added to the keys' input of cross-attention
+                (not to the values); ignored when ``kv`` is given.
 
         Returns:
             ``(out, weights)``: ``(B, T, C)`` and the weights or ``None``.
         """
         c = self.d_model
         if memory is None and kv is None:
-            q, k, v = self.in_proj(x).split(c, dim=-1)
+            if pos is None:
+                q, k, v = self.in_proj(x).split(c, dim=-1)
+            else:  # DETR: positions on queries and keys, values from the content alone
+                q, k = self._project(x + pos, slice(None, 2 * c)).split(c, dim=-1)
+                v = self._project(x, slice(2 * c, None))
             q, k, v = self._heads(q), self._heads(k), self._heads(v)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, S, D), S = positions cached so far
@@ -151,9 +173,8 @@ class MultiHeadAttention(nn.Module):
                     mask = combine(mask, causal_mask(t, s, q.device)) if t > 1 else mask
                     is_causal = False
         else:
-            bias = None if self.in_proj.bias is None else self.in_proj.bias[:c]
-            q = self._heads(F.linear(x, self.in_proj.weight[:c], bias))
-            k, v = kv if kv is not None else self.project_kv(memory)
+            q = self._heads(self._project(x if pos is None else x + pos, slice(None, c)))
+            k, v = kv if kv is not None else self.project_kv(memory, memory_pos)
         record = bool(_recorders)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record

@@ -7,10 +7,18 @@ Every sub-layer is wrapped the same way:
 
 One block class per kind, with a ``norm_first`` flag and a single forward.
 
+DETR (Carion et al., 2020, section 3.2, figure 10) passes positional encodings to every layer instead of
+adding them once to the input: ``pos`` goes to the queries and keys of self-attention (and to the queries
+of cross-attention), ``memory_pos`` to the keys of cross-attention, never to the values. Its decoder
+keeps every layer's output, through the shared final LayerNorm, for the auxiliary losses
+(:meth:`Stack.layer_outputs`). Without these arguments nothing changes.
+
 Shapes: B batch, T target length, S source length, C model dim.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from torch import Tensor, nn
 
@@ -51,9 +59,11 @@ class EncoderBlock(_Block):
         self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-        """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend."""
-        x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal)[0])
+    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+                pos: Tensor | None = None) -> Tensor:
+        """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend; ``pos`` ``(B, S, C)`` is added
+        to the queries and keys of self-attention, not to the values (DETR)."""
+        x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos)[0])
         return self._sublayer(x, self.norm2, self.ff)
 
 
@@ -95,6 +105,8 @@ class DecoderBlock(_Block):
         memory_mask: Tensor | None = None,
         is_causal: bool = False,
         cache=None,
+        pos: Tensor | None = None,
+        memory_pos: Tensor | None = None,
     ) -> Tensor:
         """``(B, T, C)`` decoder states, ``(B, S, C)`` memory -> ``(B, T, C)``.
 
@@ -102,29 +114,46 @@ class DecoderBlock(_Block):
             self_mask: bool mask for self-attention (causal and padding combined), or use ``is_causal``.
             memory_mask: bool mask over the memory (source padding), ``(B, 1, 1, S)``.
             cache: a :class:`aiayn.layers.kv_cache.LayerCache` when decoding step by step.
+            pos: ``(B, T, C)`` added to the queries and keys of self-attention and to the queries of
+                cross-attention (DETR's object queries).
+            memory_pos: ``(B, S, C)`` added to the keys of cross-attention (DETR's spatial encodings).
         """
         self_cache = None if cache is None else cache.self_attn
         x = self._sublayer(
-            x, self.norm1, lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache)[0]
+            x, self.norm1,
+            lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache, pos=pos)[0],
         )
         if self.cross_attn is not None:
             kv = None if cache is None else cache.cross_kv(self.cross_attn, memory)
-            x = self._sublayer(x, self.norm2, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv=kv)[0])
+            x = self._sublayer(x, self.norm2, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv=kv, pos=pos,
+                                                                        memory_pos=memory_pos)[0])
         return self._sublayer(x, self.norm3, self.ff)
 
 
 class Stack(nn.Module):
-    """N blocks, then a final LayerNorm when the blocks are pre-norm (post-norm ends normalised)."""
+    """N blocks, then a final LayerNorm when the blocks are pre-norm (post-norm ends normalised; DETR's
+    post-norm decoder has one all the same, shared by the outputs of every layer)."""
 
     def __init__(self, blocks: list[nn.Module], d_model: int, final_norm: bool, eps: float = 1e-5) -> None:
         super().__init__()
         self.layers = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(d_model, eps=eps) if final_norm else None
 
-    def forward(self, x: Tensor, *args, caches=None, **kwargs) -> Tensor:
+    def _outputs(self, x: Tensor, args: tuple, caches, kwargs: dict) -> Iterator[Tensor]:
         for i, layer in enumerate(self.layers):
             if caches is not None:
                 x = layer(x, *args, cache=caches[i], **kwargs)
             else:
                 x = layer(x, *args, **kwargs)
+            yield x
+
+    def forward(self, x: Tensor, *args, caches=None, **kwargs) -> Tensor:
+        for h in self._outputs(x, args, caches, kwargs):
+            x = h
         return x if self.norm is None else self.norm(x)
+
+    def layer_outputs(self, x: Tensor, *args, caches=None, **kwargs) -> list[Tensor]:
+        """The output of every block, each through the final LayerNorm when there is one; the last equals
+        ``forward``'s. DETR decodes every layer's output with the shared heads for its auxiliary losses
+        (section 3.2, "Auxiliary decoding losses"); the layers themselves see the un-normalised states."""
+        return [h if self.norm is None else self.norm(h) for h in self._outputs(x, args, caches, kwargs)]

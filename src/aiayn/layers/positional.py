@@ -7,7 +7,11 @@
 ``layout="concat"`` puts all the sines first, then all the cosines, as tensor2tensor computes them and
 The Illustrated Transformer draws them. Both hold the same numbers in a different order.
 
-Shapes: T positions, C model dim.
+DETR (Carion et al., 2020, section 3.2 and appendix A.4) generalises them to images: half the channels
+encode the row y, half the column x, each with the interleaved formula over C/2 dimensions, the
+coordinates counted over the image's real pixels only (padding excluded) and scaled to (0, 2 pi].
+
+Shapes: B batch, T positions, C model dim, H x W a feature map.
 """
 
 from __future__ import annotations
@@ -34,6 +38,44 @@ def sinusoidal_encoding(n_positions: int, d_model: int, layout: str = "interleav
     else:
         table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # sin, cos, sin, cos ...
     return table.float()  # computed in float64 so far positions stay exact
+
+
+def sine_encoding_2d(mask: Tensor, d_model: int, temperature: float = 10000.0, normalize: bool = True,
+                     scale: float = 2 * math.pi) -> Tensor:
+    """DETR's 2-D sine encoding of a feature map: ``(B, H, W, C)``, channels ``[y (C/2) | x (C/2)]``.
+
+        y = number of real rows at or above the position (1-based), x likewise along the row;
+        normalised: y <- y / (y of the last row + 1e-6) * scale, so the real image spans (0, scale]
+        PE_y(2i) = sin(y / temperature^(2i / (C/2))),  PE_y(2i+1) = cos(...)   (and PE_x likewise)
+
+    Args:
+        mask: ``(B, H, W)`` bool, ``True`` on real pixels, ``False`` on padding (positions in the padding
+            get values too, but no one attends to them).
+        d_model: channels C, a multiple of 4.
+        temperature: the base of the wavelengths (10000 as in section 3.5 of the Transformer).
+        normalize: scale the coordinates to ``(0, scale]`` (DETR does, so every image size spans the same
+            range).
+
+    Returns:
+        ``(B, H, W, C)`` float32.
+    """
+    if d_model % 4:
+        raise ValueError(f"d_model={d_model} must be a multiple of 4 for 2-D sine encodings")
+    if mask.dim() != 3:
+        raise ValueError(f"mask must be (B, H, W), got shape {tuple(mask.shape)}")
+    real = mask.to(torch.float64)
+    y, x = real.cumsum(1), real.cumsum(2)  # (B, H, W) each, 1-based coordinates over real pixels
+    if normalize:
+        y = y / (y[:, -1:, :] + 1e-6) * scale
+        x = x / (x[:, :, -1:] + 1e-6) * scale
+    half = d_model // 2
+    inv_freq = temperature ** (-torch.arange(0, half, 2, dtype=torch.float64, device=mask.device) / half)  # (C/4,)
+
+    def encode(coord: Tensor) -> Tensor:  # (B, H, W) -> (B, H, W, C/2): sin, cos, sin, cos ...
+        angles = coord[..., None] * inv_freq  # (B, H, W, C/4)
+        return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)
+
+    return torch.cat([encode(y), encode(x)], dim=-1).float()  # (B, H, W, C)
 
 
 class SinusoidalPositionalEncoding(nn.Module):

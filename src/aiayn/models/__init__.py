@@ -11,15 +11,19 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.models import bart, bert, gpt, transformer
+from aiayn.models import bart, bert, detr, gpt, swin, transformer, vit
 from aiayn.models.config import override, suggest
 
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (transformer.TransformerConfig, transformer.Transformer),
     "gpt": (gpt.GPTConfig, gpt.GPT),
     "bert": (bert.BertConfig, bert.BERT),
+    "vit": (vit.ViTConfig, vit.ViT),
+    "swin": (swin.SwinConfig, swin.Swin),
+    "detr": (detr.DetrConfig, detr.DETR),
 }
-_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS, **bart.PRESETS}
+_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS, **bart.PRESETS, **vit.PRESETS,
+                           **swin.PRESETS, **detr.PRESETS}
 
 
 def presets() -> list[str]:

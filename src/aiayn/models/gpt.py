@@ -57,12 +57,30 @@ def _gpt2(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
     return GPTConfig(d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=4 * d_model)
 
 
+def _gpt3(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
+    return GPTConfig(max_len=2048, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=4 * d_model)
+
+
 PRESETS = {
     # Table 2 of the GPT-2 paper (with the released models' sizes: 124M, 355M, 774M, 1.5B).
     "gpt2": _gpt2(768, 12, 12),
     "gpt2-medium": _gpt2(1024, 24, 16),
     "gpt2-large": _gpt2(1280, 36, 20),
     "gpt2-xl": _gpt2(1600, 48, 25),
+    # GPT-3 (Brown et al. 2020), Table 2.1: n_layers, d_model, n_heads (d_head = d_model / n_heads), context
+    # 2048, GPT-2's vocabulary of 50257, d_ff = 4 d_model. For counting (`aiayn count gpt3-175b` builds on the
+    # meta device); no weights were released. Two rows of the table do not multiply out: XL lists 24 heads of
+    # 128 for d_model 2048, and 13B d_model 5140 for 40 heads of 128; here XL has 16 heads of 128 (neither
+    # parameters nor multiply-adds depend on the split) and 13B d_model 5120 = 40 x 128. GPT-3 alternates
+    # dense and locally banded sparse attention; these presets are dense, with the same parameters.
+    "gpt3-small": _gpt3(768, 12, 12),  # 125M in the table; 125,226,240 here
+    "gpt3-medium": _gpt3(1024, 24, 16),  # 350M; 355,871,744
+    "gpt3-large": _gpt3(1536, 24, 16),  # 760M; 760,300,032
+    "gpt3-xl": _gpt3(2048, 24, 16),  # 1.3B; 1,315,723,264
+    "gpt3-2.7b": _gpt3(2560, 32, 32),  # 2.7B; 2,651,553,280
+    "gpt3-6.7b": _gpt3(4096, 32, 32),  # 6.7B; 6,658,404,352
+    "gpt3-13b": _gpt3(5120, 40, 40),  # 13B; 12,853,386,240
+    "gpt3-175b": _gpt3(12288, 96, 96),  # 175B (Table D.1: 174,600M); 174,604,259,328
     # For the default LM job and tests on a laptop CPU; the vocabulary comes from the tokenizer. No
     # dropout: the made-up data never repeats enough to overfit (pass dropout=0.2 for a small real text).
     "gpt-tiny": GPTConfig(vocab_size=256, max_len=256, d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0,

@@ -21,7 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from aiayn.io import atomic_write
+from aiayn.io import atomic_write, digest
 from aiayn.training.checkpoint import weights_path
 
 
@@ -101,4 +101,6 @@ def average_checkpoints(paths: list[str | os.PathLike], out_path: str | os.PathL
             for h in handles[1:]:
                 total += h.get_tensor(name).to(torch.float64)
             averaged[name] = (total / len(handles)).to(first.dtype)
+    if "aiayn_sha256" in meta:  # the digest describes the tensors in the file: the mean's own
+        meta["aiayn_sha256"] = digest(averaged)
     return atomic_write(weights_path(out_path), lambda tmp: save_file(averaged, tmp, metadata=meta))

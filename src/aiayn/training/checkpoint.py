@@ -1,7 +1,9 @@
 """Checkpoints: safetensors weights with the config in the file's metadata, written atomically.
 
 Written through :func:`aiayn.io.atomic_write`, so a crash leaves the old file or the new one, never
-half of either. Weights load through safetensors only, which never runs code from the file.
+half of either. Weights load through safetensors only, which never runs code from the file, and are
+checked against the SHA-256 digest of the stored tensors kept in the file's metadata before any of
+them goes into a model. Tied weights (one tensor under two names) are stored once.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import json
 import os
 from pathlib import Path
 
+import torch
 from safetensors import safe_open
-from safetensors.torch import load_model, save_model
-from torch import nn
+from safetensors.torch import save_file
+from torch import Tensor, nn
 
-from aiayn.io import atomic_write
+from aiayn.io import atomic_write, check_digest, digest
 
 WEIGHTS = "model.safetensors"
 
@@ -25,31 +28,60 @@ def weights_path(path: str | os.PathLike) -> Path:
     return path if path.suffix == ".safetensors" and not path.is_dir() else path / WEIGHTS
 
 
+def unique_tensors(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict with each storage once: a tied weight under its first name only."""
+    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
+    out = {}
+    for name, t in model.state_dict().items():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape))
+        if key not in seen:
+            seen.add(key)
+            out[name] = t.detach().contiguous()
+    return out
+
+
 def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
     """Save ``model``'s weights and config to ``path`` (a ``.safetensors`` file, or a folder that gets
     ``model.safetensors``), atomically. Tied weights are stored once."""
     from aiayn.models import config_to_dict
 
-    meta = {"format": "pt", "aiayn_config": json.dumps(config_to_dict(model.cfg)), **(metadata or {})}
-    return atomic_write(weights_path(path), lambda tmp: save_model(model, tmp, metadata=meta))
+    tensors = unique_tensors(model)
+    meta = {"format": "pt", "aiayn_config": json.dumps(config_to_dict(model.cfg)), "aiayn_sha256": digest(tensors),
+            **(metadata or {})}
+    return atomic_write(weights_path(path), lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
-    """The model saved at ``path`` (file or run folder), rebuilt from its stored config."""
+    """The model saved at ``path`` (file or run folder), rebuilt from its stored config.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        ValueError: the file is truncated or corrupted (its digest does not match), or its tensors do
+            not fit its config (the keys are named).
+    """
     from aiayn.models import build, config_from_dict
 
     file = weights_path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no checkpoint at {file}")
     try:
-        with safe_open(str(file), framework="pt") as f:
+        with safe_open(str(file), framework="pt") as f:  # checks the header and every tensor's extent
             meta = f.metadata() or {}
-    except Exception as e:  # safetensors checks the header and every tensor's extent
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:
         raise ValueError(f"{file} is not a readable safetensors checkpoint (truncated or corrupted?): {e}") from e
     if "aiayn_config" not in meta:
         raise ValueError(f"{file} holds no aiayn config in its metadata; was it written by aiayn.save?")
+    check_digest(file, tensors, meta.get("aiayn_sha256"))
     model = build(config_from_dict(json.loads(meta["aiayn_config"])))
-    missing, unexpected = load_model(model, str(file), strict=False, device=device)
-    if missing or unexpected:
-        raise ValueError(f"{file} does not match its config: missing keys {missing}, unexpected keys {unexpected}")
+    expected = model.state_dict()
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [f"{k}: {tuple(tensors[k].shape)}, wanted {tuple(expected[k].shape)}" for k in tensors
+             if k in expected and tensors[k].shape != expected[k].shape]
+    loaded = {expected[k].data_ptr() for k in tensors if k in expected}
+    missing = sorted(k for k, v in expected.items() if k not in tensors and v.data_ptr() not in loaded)  # not tied
+    if missing or unexpected or wrong:
+        raise ValueError(f"{file} does not match its config: missing keys {missing}, unexpected keys {unexpected}, "
+                         f"misshapen {wrong}")
+    model.load_state_dict(tensors, strict=False)
     return model.to(device)

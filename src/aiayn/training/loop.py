@@ -85,7 +85,8 @@ def fit(
         One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``.
 
     Raises:
-        FloatingPointError: the loss became NaN or infinite (the step is named).
+        FloatingPointError: the loss or the gradient norm became NaN or infinite: the run stops before
+            that update, nothing is saved over the last good state, and the message names the step.
         KeyboardInterrupt: SIGINT or SIGTERM, after ``save``.
     """
     if accum < 1:
@@ -99,10 +100,16 @@ def fit(
     bar = tqdm(range(start + 1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False,
                initial=start, total=steps)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    saved = start if start else None
     with _deferred_interrupts() as interrupted:
         for step in bar:
-            _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device,
-                    AUTOCAST[autocast])
+            try:
+                _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0,
+                        device, AUTOCAST[autocast])
+            except FloatingPointError as e:
+                bar.close()
+                last = "nothing was saved" if saved is None else f"the state saved after step {saved} is intact"
+                raise FloatingPointError(f"{e}; {last} (lower the learning rate or clip harder)") from None
             if step % 10 == 0 or step == steps:
                 bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{history[-1]['lr']:.2e}",
                                 tok_s=f"{_tokens_per_second(history):,.0f}")
@@ -111,6 +118,7 @@ def fit(
                 model.train()
             if save is not None and ((save_every and step % save_every == 0) or step == steps or interrupted):
                 save(step, history)
+                saved = step
             if interrupted:
                 bar.close()
                 raise KeyboardInterrupt(f"stopped by signal {interrupted[0]} after step {step}")
@@ -129,12 +137,15 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
         loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
         loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
     if not math.isfinite(loss_total):
-        raise FloatingPointError(f"loss is {loss_total} at step {step}; stopping")
+        raise FloatingPointError(f"the loss is {loss_total} at step {step}; stopping before the update")
     for p in params:
         if p.grad is not None:
             p.grad.div_(max(n_total, 1))
+    norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     if clip is not None:
-        nn.utils.clip_grad_norm_(params, clip)
+        nn.utils.clip_grads_with_norm_(params, clip, norm)
+    if not math.isfinite(norm):
+        raise FloatingPointError(f"the gradient norm is {float(norm)} at step {step}; stopping before the update")
     lr = optimizer.param_groups[0]["lr"]
     optimizer.step()
     if scheduler is not None:

@@ -25,22 +25,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from aiayn.io import atomic_write
+from aiayn.io import atomic_write, check_digest, digest
+from aiayn.training.checkpoint import unique_tensors
 
 STATE = "train_state.safetensors"
 _META = "aiayn_train_state"
-
-
-def _unique(model: nn.Module) -> dict[str, Tensor]:
-    """The state dict with each storage once (tied weights under their first name)."""
-    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
-    out = {}
-    for name, t in model.state_dict().items():
-        key = (t.data_ptr(), t.dtype, tuple(t.shape))
-        if key not in seen:
-            seen.add(key)
-            out[name] = t
-    return out
 
 
 def save_train_state(
@@ -60,7 +49,7 @@ def save_train_state(
     """
     path = Path(path)
     file = path / STATE if path.is_dir() else path
-    tensors = {f"model/{k}": v.detach().contiguous() for k, v in _unique(model).items()}
+    tensors = {f"model/{k}": v for k, v in unique_tensors(model).items()}
     opt = optimizer.state_dict()
     scalars: dict[str, dict[str, Any]] = {}
     for i, entry in opt["state"].items():
@@ -78,7 +67,8 @@ def save_train_state(
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "extra": extra or {},
     }
-    return atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata={_META: json.dumps(meta)}))
+    metadata = {_META: json.dumps(meta), "aiayn_sha256": digest(tensors)}
+    return atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
 def load_train_state(
@@ -99,13 +89,15 @@ def load_train_state(
         raise FileNotFoundError(f"no training state at {file}; was the run started by this version of aiayn?")
     try:
         with safe_open(str(file), framework="pt") as f:
-            meta = json.loads((f.metadata() or {})[_META])
+            metadata = f.metadata() or {}
+            meta = json.loads(metadata[_META])
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:
         raise ValueError(f"{file} is not a readable training state (truncated or corrupted?): {e}") from e
+    check_digest(file, tensors, metadata.get("aiayn_sha256"))  # before anything is loaded
 
     weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
-    expected = _unique(model)
+    expected = unique_tensors(model)
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
     wrong = [f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
              if k in weights and weights[k].shape != v.shape]

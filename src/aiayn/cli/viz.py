@@ -1,0 +1,83 @@
+"""``aiayn viz`` as a plain function: the pictures of :mod:`aiayn.viz`, written as PNG files into a folder.
+
+    positional   sinusoidal encodings (both layouts) and their dot products      positional.png
+    masks        padding, causal, combined, Swin's shifted windows                masks.png
+    schedule     section 5.3's learning rate for a few d_model / warm-up          schedule.png
+    smoothing    section 5.4's label-smoothed target                              smoothing.png
+    complexity   global vs window attention, measured and by formula              complexity.png
+    attention    a translation run's three kinds of attention for a sentence      attention-{encoder,decoder,cross}.png
+    all          all of the above (attention only when a run is given)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+WHATS = ("positional", "masks", "schedule", "smoothing", "complexity", "attention", "all")
+
+
+def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike,
+                       target: str | None = None) -> list[Path]:
+    """Every layer and head of encoder self-, decoder self- and encoder-decoder attention of the model in ``run``
+    (a folder of ``aiayn train``) reading ``text`` and producing ``target`` (default: its own greedy
+    translation); the tokens on the axes."""
+    from aiayn.cli.train import load_run, translate_texts
+    from aiayn.data import seq2seq_batch
+    from aiayn.viz import plot_model_attention
+
+    model, src_tok, tgt_tok = load_run(run)
+    hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target
+    src, tgt_in, _ = seq2seq_batch([(text, hyp)], src_tok, tgt_tok)  # (1, S), (1, T)
+    keys = src_tok.tokens(text) + ["</s>"]
+    queries = ["<s>"] + tgt_tok.tokens(hyp)
+    return plot_model_attention(model, src, tgt_in, keys, queries, out, title=f"{text!r} -> {hyp!r}")
+
+
+def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None = None, text: str | None = None,
+        d_model: int = 128, positions: int = 100, sides: Sequence[int] = (14, 28, 42, 56), channels: int = 96,
+        heads: int = 3, window: int = 7, repeats: int = 3, target: str | None = None) -> list[Path]:
+    """Write the pictures ``what`` asks for (module docstring) into the folder ``out``; return their paths.
+
+    Args:
+        what: one of :data:`WHATS`.
+        out: the folder for the PNG files.
+        run: a translation run folder (``attention``).
+        text: the source sentence whose attention to draw (``attention``).
+        target: the translation to draw it for (``attention``; default the model's greedy one).
+        d_model, positions: size of the positional-encoding picture.
+        sides, channels, heads, window, repeats: the maps, layer and timing of ``complexity``.
+    """
+    from aiayn import viz as pictures
+
+    if what not in WHATS:
+        raise ValueError(f"what={what!r} must be one of {WHATS}")
+    if what == "attention" and (run is None or text is None):
+        raise ValueError("viz attention needs --run (a folder of `aiayn train`) and --text (a sentence)")
+    for name, value in (("--d-model", d_model), ("--positions", positions), ("--channels", channels),
+                        ("--heads", heads), ("--window", window), ("--repeats", repeats)):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    out = Path(out)
+    wanted = WHATS[:5] if what == "all" else (what,)
+    paths = []
+    if "positional" in wanted:
+        paths.append(pictures.plot_positional(out / "positional.png", d_model, positions))
+    if "masks" in wanted:
+        paths.append(pictures.plot_masks(out / "masks.png"))
+    if "schedule" in wanted:
+        paths.append(pictures.plot_schedule(out / "schedule.png"))
+    if "smoothing" in wanted:
+        paths.append(pictures.plot_label_smoothing(out / "smoothing.png"))
+    if "complexity" in wanted:
+        from aiayn.analysis.complexity import attention_costs
+
+        rows = attention_costs(sides, channels, heads, window, repeats)
+        paths.append(pictures.plot_complexity(rows, out / "complexity.png"))
+    if what == "attention" or (what == "all" and run is not None and text is not None):
+        paths.extend(attention_pictures(run, text, out, target))
+    return paths
+
+
+__all__ = ["WHATS", "attention_pictures", "viz"]
