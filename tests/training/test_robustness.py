@@ -29,6 +29,22 @@ def test_a_checkpoint_whose_bytes_changed_is_refused_by_its_digest(tmp_path):
         aiayn.load(path)
 
 
+def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_naming_the_keys(tmp_path):
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = aiayn.save(aiayn.build("transformer-tiny", src_vocab_size=30, tgt_vocab_size=30), tmp_path / "m.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    config = json.loads(meta["aiayn_config"])
+    config["n_encoder_layers"] = 3  # the config now asks for a layer the file does not hold
+    save_file(tensors, tmp_path / "other.safetensors", metadata={**meta, "aiayn_config": json.dumps(config)})
+    with pytest.raises(ValueError, match=r"does not match its config: missing keys \['encoder\.layers\.2\."):
+        aiayn.load(tmp_path / "other.safetensors")
+
+
 def test_a_training_state_whose_bytes_changed_is_refused_before_anything_is_loaded(tmp_path):
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.Adam(model.parameters())

@@ -138,6 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--text", default=None, help="attention: the source sentence")
     v.add_argument("--target", default=None, help="attention: the translation to draw it for (default: the model's "
                                                    "greedy one)")
+    v.add_argument("--html", default=None, metavar="FILE",
+                   help="attention: also write an interactive viewer (one self-contained HTML file)")
     v.add_argument("--d-model", type=int, default=128, help="positional: d_model (default 128)")
     v.add_argument("--positions", type=int, default=100, help="positional: positions shown (default 100)")
     v.add_argument("--sides", type=int, nargs="+", default=[14, 28, 42, 56],
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.cli.viz import viz
 
             for path in viz(args.what, args.out, args.run, args.text, args.d_model, args.positions, args.sides,
-                            window=args.window, target=args.target):
+                            window=args.window, target=args.target, html=args.html):
                 print(f"wrote {path}")
     except (ValueError, FileNotFoundError) as e:
         print(f"aiayn {args.command}: error: {e}", file=sys.stderr)

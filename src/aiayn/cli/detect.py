@@ -26,7 +26,7 @@ import aiayn
 from aiayn.cli.runs import Run, new_run_dir, read_args
 from aiayn.data.detection import SHAPES, collate, hflip, load_image, read_voc, shape_batches, synthetic_shapes
 from aiayn.evaluation.detection import average_precision
-from aiayn.io import write_json
+from aiayn.io import atomic_write, write_json
 from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
@@ -257,8 +257,7 @@ def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> 
                 bbox={"facecolor": c, "alpha": 0.8, "pad": 1, "lw": 0})
     ax.axis("off")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=100))
     plt.close(fig)
 
 

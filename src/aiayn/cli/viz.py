@@ -35,9 +35,29 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
     return plot_model_attention(model, src, tgt_in, keys, queries, out, title=f"{text!r} -> {hyp!r}")
 
 
+def attention_page(run: str | os.PathLike, text: str, path: str | os.PathLike, target: str | None = None) -> Path:
+    """The interactive viewer (:func:`aiayn.viz.attention_html`) of the same three kinds of attention as
+    :func:`attention_pictures`, as one self-contained HTML file."""
+    from aiayn.cli.train import load_run, translate_texts
+    from aiayn.data import seq2seq_batch
+    from aiayn.viz import attention_weights
+    from aiayn.viz.html import attention_html
+
+    model, src_tok, tgt_tok = load_run(run)
+    hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target
+    src, tgt_in, _ = seq2seq_batch([(text, hyp)], src_tok, tgt_tok)  # (1, S), (1, T)
+    keys = src_tok.tokens(text) + ["</s>"]
+    queries = ["<s>"] + tgt_tok.tokens(hyp)
+    axes = {"encoder self-attention": (keys, keys), "decoder self-attention": (queries, queries),
+            "encoder-decoder attention": (queries, keys)}
+    kinds = attention_weights(model, lambda: model(src, tgt_in))
+    return attention_html(kinds, {k: axes[k] for k in kinds}, path, title=f"{text} -> {hyp}")
+
+
 def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None = None, text: str | None = None,
         d_model: int = 128, positions: int = 100, sides: Sequence[int] = (14, 28, 42, 56), channels: int = 96,
-        heads: int = 3, window: int = 7, repeats: int = 3, target: str | None = None) -> list[Path]:
+        heads: int = 3, window: int = 7, repeats: int = 3, target: str | None = None,
+        html: str | os.PathLike | None = None) -> list[Path]:
     """Write the pictures ``what`` asks for (module docstring) into the folder ``out``; return their paths.
 
     Args:
@@ -46,6 +66,7 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         run: a translation run folder (``attention``).
         text: the source sentence whose attention to draw (``attention``).
         target: the translation to draw it for (``attention``; default the model's greedy one).
+        html: also write the interactive viewer of that attention to this HTML file (``attention``).
         d_model, positions: size of the positional-encoding picture.
         sides, channels, heads, window, repeats: the maps, layer and timing of ``complexity``.
     """
@@ -77,6 +98,8 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         paths.append(pictures.plot_complexity(rows, out / "complexity.png"))
     if what == "attention" or (what == "all" and run is not None and text is not None):
         paths.extend(attention_pictures(run, text, out, target))
+        if html is not None:
+            paths.append(attention_page(run, text, html, target))
     return paths
 
 

@@ -1,0 +1,48 @@
+"""The walkthrough runs (CI executes it), its Chinese version has exactly the same code, and the Chinese
+README gives the same set-up commands as the English one."""
+
+import io
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_tokens(path):
+    """The tokens of a Python file without its comments (where the two languages differ)."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    toks = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+    out = []
+    for t in toks:
+        if t.type in skip:
+            continue
+        if t.type == tokenize.STRING and t.string.startswith('"""'):  # docstrings are prose too
+            continue
+        out.append(t.string)
+    return out
+
+
+def test_the_chinese_walkthrough_has_the_same_code():
+    assert code_tokens(ROOT / "docs" / "walkthrough.zh.py") == code_tokens(ROOT / "docs" / "walkthrough.py")
+
+
+def test_the_chinese_readme_gives_the_same_setup_commands():
+    def blocks(path):
+        text = path.read_text(encoding="utf-8")
+        return [re.search(rf"<!-- {m} -->\n```sh\n(.*?)```", text, re.S).group(1) for m in ("readme:main", "readme:test")]
+
+    assert blocks(ROOT / "README.zh-CN.md") == blocks(ROOT / "README.md")
+
+
+def test_the_walkthrough_runs_and_every_check_in_it_passes():
+    path = ROOT / "docs" / "walkthrough.py"
+    if not path.is_file():
+        pytest.skip("docs/ is not next to the tests")
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("  ok: ") == 4 and "done: every step above matched the library" in run.stdout
