@@ -6,6 +6,16 @@ import torch
 def _seed():
     torch.manual_seed(0)
 
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: tiny tensors on a shared 2-core machine only contend with more (several times
+    slower), and two runs compared bit for bit must sum in the same order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 import sys
 from pathlib import Path
 

@@ -11,15 +11,6 @@ from aiayn.cli.runs import read_args
 from aiayn.data.images import random_shift, read_csv_images, read_idx, read_images, synthetic_digits
 
 
-@pytest.fixture
-def one_thread():
-    # these runs are small; on a shared 2-core machine two threads wait on each other far more than they gain
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_a_short_run_learns_and_classify_reads_pngs_and_arrays(tmp_path, one_thread):
     result = train_image(steps=120, batch_size=64, n_train=3000, n_test=300, eval_every=60, out=tmp_path,
                          progress=False, verbose=False)

@@ -7,17 +7,11 @@ import aiayn
 from aiayn.decoding.beam import beam_search, gnmt_penalty
 from aiayn.decoding.greedy import greedy
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 # Four sentences of different lengths, two of them padded.
 SRC = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [11, 12, 13, 14, 2], [3, 4, 2, 0, 0]])
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tensors here are tiny; on a busy machine extra threads only contend (several times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny_model(seed=3, eos_bias=0.0, vocab=30, **overrides):

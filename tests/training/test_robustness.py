@@ -96,8 +96,10 @@ def test_a_second_process_cannot_train_in_a_locked_run_folder(tmp_path):
     finally:
         other.kill()
         other.wait()
-    Run(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
+    run = Run(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
     assert (tmp_path / ".lock").read_text().strip() == str(__import__("os").getpid())
+    run.unlock()  # training over: this process (a notebook, say) or another may resume the folder
+    assert not (tmp_path / ".lock").exists()
 
 
 def _train(out, *extra):

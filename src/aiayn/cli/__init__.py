@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--warmup", type=int, default=None,
                    help="warm-up steps of the schedule (translation 200, section 5.3; image 50; detect 200)")
     t.add_argument("--lr-factor", type=float, default=0.3, help="multiplies the schedule's learning rate")
+    t.add_argument("--dropout", type=float, default=None, help="override the preset's dropout (not image/detect)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", default="runs", help="folder that gets the run folder (default runs/)")
     t.add_argument("--name", default=None, help="run folder name (default: the task)")
@@ -130,6 +132,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=1, help="examples per forward pass (default 1)")
     c.add_argument("--json", action="store_true")
 
+    b = sub.add_parser("bench", help="speed and memory against torch.nn.Transformer and Hugging Face, side by side; "
+                                     "writes benchmarks/results/*.json and docs/benchmarks.md")
+    b.add_argument("cases", nargs="*", metavar="CASE",
+                   help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train swin-forward "
+                        "vit-forward scaling (default: all)")
+    b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
+    b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
+    b.add_argument("--rounds", type=int, default=5, help="timed units per side, alternating (default 5)")
+    b.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    b.add_argument("--quick", action="store_true", help="toy sizes: checks every case runs; measures nothing")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="float32 eager either way")
+
     v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the schedule, label smoothing, "
                                    "attention cost, a run's attention")
     v.add_argument("what", choices=["positional", "masks", "schedule", "smoothing", "complexity", "attention", "all"])
@@ -163,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             from aiayn.cli.train import resume_training, train
+            from aiayn.training import distributed
+
+            distributed.init()  # under torchrun: join the other ranks
+            if not distributed.is_main():  # rank 0 alone prints
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
 
             if args.steps is not None:
                 _positive(parser, args, "steps")
@@ -173,11 +192,16 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("vocab_size", "batch_size", "lr", "warmup"):
                 if getattr(args, name) is not None:
                     _positive(parser, args, name)
+            if args.dropout is not None and not 0 <= args.dropout < 1:
+                parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
             for name in ("eval_every", "save_every"):
                 if (getattr(args, name) or 0) < 0:
                     parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
             if args.task in ("lm", "mlm", "denoise") and args.data and len(args.data) != 1:
                 parser.error(f"--task {args.task} takes one text file as --data, got {len(args.data)}")
+            common = {"accum": args.accum, "save_every": args.save_every, "seed": args.seed, "out": args.out,
+                      "name": args.name, "progress": not args.no_progress}
+            dropout = {} if args.dropout is None else {"dropout": args.dropout}  # text models: a config override
             if args.task == "detect":
                 from aiayn.cli.detect import train_detr
 
@@ -188,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                            preset=args.preset or "detr-tiny", steps=args.steps or 2000,
                            batch_size=args.batch_size or 16, lr=args.lr or 1e-3, lr_backbone=args.lr_backbone,
                            warmup=args.warmup or 200, image_size=args.image_size,
-                           eval_every=500 if args.eval_every is None else args.eval_every,
-                           save_every=args.save_every, seed=args.seed, out=args.out, name=args.name,
-                           progress=not args.no_progress)
+                           eval_every=500 if args.eval_every is None else args.eval_every, **common)
                 return 0
             if args.task == "image":
                 from aiayn.cli.image import train_image
@@ -200,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 train_image(model=args.preset or "vit-tiny", data=args.data[0] if args.data else None,
                             data_dir=args.data_dir, test_dir=args.test_dir, steps=args.steps or 400,
                             batch_size=args.batch_size or 128, lr=args.lr or 2e-3, warmup=args.warmup or 50,
-                            eval_every=100 if args.eval_every is None else args.eval_every,
-                            save_every=args.save_every, seed=args.seed, out=args.out, name=args.name,
-                            progress=not args.no_progress)
+                            eval_every=100 if args.eval_every is None else args.eval_every, **common)
                 return 0
             if args.task == "denoise":
                 from aiayn.cli.denoise import train_denoise
@@ -212,34 +232,30 @@ def main(argv: list[str] | None = None) -> int:
                 train_denoise(data=args.data[0] if args.data else None, vocab_size=args.vocab_size or 1000,
                               preset=args.preset or "bart-tiny", steps=args.steps or 600,
                               batch_size=args.batch_size or 64, noise=args.noise.split(","), ratio=args.noise_ratio,
-                              eval_every=200 if args.eval_every is None else args.eval_every,
-                              save_every=args.save_every, seed=args.seed, out=args.out, name=args.name,
-                              progress=not args.no_progress)
+                              eval_every=200 if args.eval_every is None else args.eval_every, **common, **dropout)
                 return 0
             if args.task == "mlm":
                 from aiayn.cli.mlm import train_mlm
 
                 train_mlm(data=args.data[0] if args.data else None, vocab_size=args.vocab_size or 2000,
                           preset=args.preset or "bert-tiny", steps=args.steps or 1000,
-                          batch_size=args.batch_size or 32, save_every=args.save_every, seed=args.seed, out=args.out,
-                          name=args.name, progress=not args.no_progress,
-                          eval_every=250 if args.eval_every is None else args.eval_every)
+                          batch_size=args.batch_size or 32,
+                          eval_every=250 if args.eval_every is None else args.eval_every, **common, **dropout)
                 return 0
             if args.task == "lm":
                 from aiayn.cli.lm import train_lm
                 train_lm(data=args.data[0] if args.data else None, tokenizer=args.tokenizer,
                          vocab_size=args.vocab_size or 4000, preset=args.preset or "gpt-tiny", steps=args.steps or 1500,
-                         block=args.block, batch_size=args.batch_size or 16, accum=args.accum, lr=args.lr or 3e-3,
-                         eval_every=200 if args.eval_every is None else args.eval_every, save_every=args.save_every,
-                         bf16=args.bf16, seed=args.seed, out=args.out, name=args.name, progress=not args.no_progress)
+                         block=args.block, batch_size=args.batch_size or 16, lr=args.lr or 3e-3,
+                         eval_every=200 if args.eval_every is None else args.eval_every, bf16=args.bf16, **common,
+                         **dropout)
                 return 0
             n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
             train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
                   tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size or 8000,
                   preset=args.preset or "transformer-tiny", steps=args.steps or 1000, max_tokens=args.max_tokens,
-                  accum=args.accum, eval_every=args.eval_every or 0, save_every=args.save_every, bf16=args.bf16,
-                  beam=args.beam, warmup=args.warmup or 200, lr_factor=args.lr_factor, n_test=n_test, seed=args.seed,
-                  out=args.out, name=args.name, progress=not args.no_progress)
+                  eval_every=args.eval_every or 0, bf16=args.bf16, beam=args.beam, warmup=args.warmup or 200,
+                  lr_factor=args.lr_factor, n_test=n_test, **common, **dropout)
         elif args.command == "translate":
             from aiayn.cli.train import translate
 
@@ -307,6 +323,14 @@ def main(argv: list[str] | None = None) -> int:
                 image_size = int(sides[0]) if len(sides) == 1 else (int(sides[0]), int(sides[1]))
             report = count(args.preset, args.seq_len, image_size, args.batch)
             print(json.dumps(report, indent=2) if args.json else format_count(report))
+        elif args.command == "bench":
+            from aiayn.benchmark import run_bench
+
+            _positive(parser, args, "rounds")
+            if args.threads is not None:
+                _positive(parser, args, "threads")
+            run_bench(args.cases or None, out=args.out, rounds=args.rounds, threads=args.threads, quick=args.quick,
+                      docs=args.docs, device=args.device)
         elif args.command == "viz":
             from aiayn.cli.viz import viz
 
@@ -326,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"\naiayn {args.command}: interrupted: {e}", file=sys.stderr)
         return 130
+    finally:
+        if args.command == "train":
+            from aiayn.training import distributed
+
+            distributed.shutdown()
     return 0
 
 

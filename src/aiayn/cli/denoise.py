@@ -24,12 +24,12 @@ import torch
 
 import aiayn
 from aiayn.cli.lm import date_lines, read_text
-from aiayn.cli.runs import Run, new_run_dir
+from aiayn.cli.runs import Run, open_run
 from aiayn.data import BPETokenizer, collate, load_tokenizer
 from aiayn.data.noising import NOISES, corrupt
 from aiayn.decoding import greedy
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, fit, label_smoothed_loss
+from aiayn.training import adamw_cosine, distributed, fit, label_smoothed_loss
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -81,6 +81,7 @@ def train_denoise(
     warmup: int = 100,
     label_smoothing: float = 0.1,
     eval_every: int = 200,
+    accum: int = 1,
     save_every: int = 500,
     n_train: int = 20_000,
     n_test: int = 300,
@@ -103,6 +104,7 @@ def train_denoise(
         max_len: tokens kept of each line.
         noise: corruptions, a subset of ``permute``, ``rotate``, ``mask``, ``delete``, ``infill``
             (:func:`aiayn.data.noising.corrupt`); ``ratio`` the share of tokens masked or deleted.
+        accum: batches per update (gradient accumulation; under ``torchrun``, on each rank).
         resume: a run folder to continue (``aiayn train --resume``).
         overrides: config fields of the preset.
 
@@ -131,6 +133,7 @@ def train_denoise(
         tok = load_tokenizer(Path(resume) / "tokenizer.json")
     else:
         tok = BPETokenizer.train(train_lines, vocab_size=vocab_size, mask=True)
+    tok = distributed.broadcast(tok)  # several ranks: rank 0's
     cfg = aiayn.preset(preset, **{"src_vocab_size": tok.vocab_size, "tgt_vocab_size": tok.vocab_size,
                                   "pad_id": tok.pad_id, **overrides})
     if cfg.pad_id != tok.pad_id or tok.eos_id != cfg.eos_id:
@@ -144,14 +147,9 @@ def train_denoise(
         f"with <mask>; noise {'+'.join(noise)} at {ratio:.0%}")
     say(f"model {preset}: {aiayn.count_parameters(model):,} parameters; {steps} updates of {batch_size} lines")
 
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        tok.save(run / "tokenizer.json")
-        write_json(run / "args.json", args)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay=0.01, betas=(0.9, 0.98))
-    state = Run(run, model, optimizer, scheduler)
+    state = Run(run, model, optimizer, scheduler, accum)
     done, history = state.restore() if resume is not None else (0, [])
 
     def loss_fn(model, batch):
@@ -174,12 +172,16 @@ def train_denoise(
         say(f"\n  step {step}: validation loss {loss / n:.3f}")
 
     try:
-        history = fit(model, batches(train_docs, batch_size, cfg, tok.mask_id, noise, ratio, seed, start=done),
-                      steps, optimizer, loss_fn, scheduler, clip=1.0, progress=progress, desc=f"train {run_name}",
-                      every=eval_every, callback=validate, start=done, history=history, save=state.save,
-                      save_every=save_every)
+        train_batches = batches(train_docs, batch_size, cfg, tok.mask_id, noise, ratio, seed, start=state.position)
+        history = fit(model, train_batches, steps, optimizer, loss_fn, scheduler, accum=accum, clip=1.0,
+                      progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate, start=done,
+                      history=history, save=state.save, save_every=save_every)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(model, run)
 
     samples, right, copied = [], 0, 0
@@ -208,4 +210,4 @@ def train_denoise(
     return result
 
 
-__all__ = ["train_denoise", "split_sentences", "batches"]
+__all__ = ["batches", "split_sentences", "train_denoise"]

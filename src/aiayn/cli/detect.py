@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import aiayn
-from aiayn.cli.runs import Run, new_run_dir, read_args
+from aiayn.cli.runs import Run, open_run, read_args
 from aiayn.data.detection import SHAPES, collate, hflip, load_image, read_voc, shape_batches, synthetic_shapes
 from aiayn.evaluation.detection import average_precision
 from aiayn.io import atomic_write, write_json
@@ -31,7 +31,7 @@ from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.postprocess import postprocess
-from aiayn.training import fit, warmup_cosine
+from aiayn.training import distributed, fit, warmup_cosine
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -100,6 +100,7 @@ def train_detr(
     max_objects: int = 3,
     n_test: int = 200,
     eval_every: int = 500,
+    accum: int = 1,
     save_every: int = 500,
     seed: int = 0,
     out: str | os.PathLike = "runs",
@@ -124,6 +125,7 @@ def train_detr(
         max_objects: shapes per synthetic image (1 to this).
         n_test: held-out synthetic images (VOC: the ``val`` split).
         eval_every: validate every this many updates (and after the last), keeping ``best.safetensors``.
+        accum: batches per update (gradient accumulation; under ``torchrun``, on each rank).
         resume: a run folder to continue (``aiayn train --resume``).
         overrides: config fields of the preset.
 
@@ -157,20 +159,15 @@ def train_detr(
     model = aiayn.build(cfg)
     say(f"model {preset}: {aiayn.count_parameters(model):,} parameters; {steps} updates of {batch_size} images "
         f"of {image_size} px")
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        write_json(run / "args.json", args)
-        write_json(run / "classes.json", classes)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume, {"classes.json": classes})
     optimizer, scheduler = optimizer_for(model, lr, lr_backbone, weight_decay, steps, warmup)
-    state = Run(run, model, optimizer, scheduler)
+    state = Run(run, model, optimizer, scheduler, accum)
     done, history = state.restore() if resume is not None else (0, [])
     criterion = SetCriterion(cfg.num_classes, eos_coef=eos_coef)
     if data is None:
-        batches = shape_batches(batch_size, seed, image_size, max_objects, start=done)
+        batches = shape_batches(batch_size, seed, image_size, max_objects, start=state.position)
     else:
-        batches = voc_batches(train_set, batch_size, seed, start=done)
+        batches = voc_batches(train_set, batch_size, seed, start=state.position)
 
     def loss_fn(model, samples):
         images, mask, targets = collate(samples)
@@ -185,11 +182,15 @@ def train_detr(
             f"mAP@[.5:.95] {record['map']:.3f}")
 
     try:
-        history = fit(model, batches, steps, optimizer, loss_fn, scheduler, clip=clip, progress=progress,
+        history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, clip=clip, progress=progress,
                       desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
                       save=state.save, save_every=save_every)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(model, run)
     last = state.validation[-1]
     result = {"run": run, "map50": last["map50"], "map": last["map"], "validation": state.validation,

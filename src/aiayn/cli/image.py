@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import aiayn
-from aiayn.cli.runs import Run, new_run_dir
+from aiayn.cli.runs import Run, open_run
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, fit
+from aiayn.training import adamw_cosine, distributed, fit
 from aiayn.viz.confusion import plot_confusion
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
@@ -102,6 +102,7 @@ def train_image(
     label_smoothing: float = 0.0,
     shift: int = 2,
     eval_every: int = 100,
+    accum: int = 1,
     save_every: int = 500,
     n_train: int = 20_000,
     n_test: int = 2_000,
@@ -128,6 +129,7 @@ def train_image(
         n_train, n_test: synthetic images drawn for training and held out (MNIST: ``n_test`` held out when
             there is no ``test_dir``).
         show: unused (every training command takes it).
+        accum: batches per update (gradient accumulation; under ``torchrun``, on each rank).
         resume: a run folder to continue (``aiayn train --resume``).
         overrides: config fields of the preset.
 
@@ -153,13 +155,9 @@ def train_image(
     say(f"data {data_name}: {len(train[1]):,} training images, {len(test[1]):,} held out, "
         f"{tuple(train[0].shape[1:])} pixels, {num_classes} classes")
     say(f"model {model}: {aiayn.count_parameters(net):,} parameters; {steps} updates of {batch_size} images")
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        write_json(run / "args.json", args)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume)
     optimizer, scheduler = adamw_cosine(net, lr, steps, warmup, weight_decay=weight_decay, betas=(0.9, 0.999))
-    state = Run(run, net, optimizer, scheduler)
+    state = Run(run, net, optimizer, scheduler, accum)
     done, history = state.restore() if resume is not None else (0, [])
 
     def validate(step: int, history: list[dict[str, float]]) -> None:
@@ -170,12 +168,16 @@ def train_image(
         say(f"\n  step {step}: held-out loss {record['val_loss']:.3f}, accuracy {record['accuracy']:.1%}")
 
     try:
-        history = fit(net, batches(train, batch_size, shift, seed, start=done), steps, optimizer,
-                      classification_loss(label_smoothing), scheduler, progress=progress, desc=f"train {run_name}",
-                      every=eval_every, callback=validate, start=done, history=history, save=state.save,
-                      save_every=save_every)
+        history = fit(net, batches(train, batch_size, shift, seed, start=state.position), steps, optimizer,
+                      classification_loss(label_smoothing), scheduler, accum=accum, progress=progress,
+                      desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
+                      save=state.save, save_every=save_every)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(net, run)
     matrix = confusion_matrix(predict(net, test[0]).argmax(-1), test[1], num_classes)
     last = state.validation[-1]

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 import aiayn
-from aiayn.cli.runs import Run, new_run_dir
+from aiayn.cli.runs import Run, open_run
 from aiayn.data import BPETokenizer, CharTokenizer, lm_batches, lm_blocks, load_tokenizer, make_pairs
 from aiayn.decoding import sample, stream
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, fit
+from aiayn.training import adamw_cosine, distributed, fit
 
 
 def date_lines(n: int, seed: int) -> list[str]:
@@ -120,6 +120,7 @@ def train_lm(
         tok = BPETokenizer.train(train_text.splitlines(keepends=True), vocab_size=vocab_size)
     else:
         raise ValueError(f"tokenizer={tokenizer!r}: expected 'bpe' or 'char'")
+    tok = distributed.broadcast(tok)  # several ranks: rank 0's
     train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
     val_ids = torch.tensor(tok.encode(val_text), dtype=torch.long)
     cfg = aiayn.preset(preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **overrides})
@@ -131,12 +132,7 @@ def train_lm(
     say(f"model {preset}: {aiayn.count_parameters(model):,} parameters; {steps} updates of {batch_size} x {accum} "
         f"blocks of {block} tokens")
 
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        tok.save(run / "tokenizer.json")
-        write_json(run / "args.json", args)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay)
     state = Run(run, model, optimizer, scheduler, accum)
     done, history = state.restore() if resume is not None else (0, [])
@@ -157,12 +153,16 @@ def train_lm(
         say(f"\n  step {step}: validation loss {loss:.3f}, perplexity {math.exp(loss):.2f}")
 
     try:
-        history = fit(model, lm_batches(train_ids, block, batch_size, seed, start=done * accum), steps, optimizer,
+        history = fit(model, lm_batches(train_ids, block, batch_size, seed, start=state.position), steps, optimizer,
                       loss_fn, scheduler, clip=clip, accum=accum, progress=progress, desc=f"train {run_name}",
                       every=eval_every, callback=validate, start=done, history=history, save=state.save,
                       save_every=save_every, autocast="bf16" if bf16 else None)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(model, run)
 
     result: dict[str, Any] = {"run": run, "val_loss": state.validation[-1]["val_loss"],
@@ -183,7 +183,8 @@ def train_lm(
     else:
         prompt = val_text[:80]
     gen = torch.Generator().manual_seed(seed)
-    result["sample"] = complete(model, tok, [prompt], 200, temperature=0.8, top_k=40, generator=gen)[0]
+    room = max(1, min(200, cfg.max_len - len(tok.encode(prompt)) - 1))  # prompt + sample within max_len
+    result["sample"] = complete(model, tok, [prompt], room, temperature=0.8, top_k=40, generator=gen)[0]
     if not test_lines:
         say(f"\nsample (temperature 0.8, top-k 40) after {prompt!r}:\n{result['sample']}")
     result.update(seconds=time.perf_counter() - t0, history=history, validation=state.validation)
@@ -267,4 +268,4 @@ def print_stream(pieces: Iterator[str]) -> None:
     sys.stdout.write("\n")
 
 
-__all__ = ["train_lm", "generate", "load_lm_run", "complete"]
+__all__ = ["complete", "generate", "load_lm_run", "train_lm"]

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 
 import aiayn
 from aiayn.cli.lm import read_text
-from aiayn.cli.runs import Run, new_run_dir
+from aiayn.cli.runs import Run, open_run
 from aiayn.data import make_pairs
 from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, fit
+from aiayn.training import adamw_cosine, distributed, fit
 
 Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next label
 
@@ -102,6 +102,7 @@ def train_mlm(
     lr: float = 1e-3,
     warmup: int = 100,
     eval_every: int = 250,
+    accum: int = 1,
     save_every: int = 500,
     n_train: int = 20_000,
     n_test: int = 500,
@@ -121,6 +122,7 @@ def train_mlm(
             10% of the lines are held out); ``None`` makes date pairs.
         max_len: tokens per pair.
         show: unused (every training command takes it).
+        accum: batches per update (gradient accumulation; under ``torchrun``, on each rank).
         resume: a run folder to continue (``aiayn train --resume``).
         overrides: config fields of the preset.
 
@@ -147,6 +149,7 @@ def train_mlm(
         tok = WordPieceTokenizer.load(Path(resume) / "tokenizer.json")
     else:
         tok = WordPieceTokenizer.train([t for a, b, _ in train_pairs for t in (a, b)], vocab_size=vocab_size)
+    tok = distributed.broadcast(tok)  # several ranks: rank 0's
     cfg = aiayn.preset(preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id, "cls_id": tok.cls_id,
                                   "sep_id": tok.sep_id, "mask_id": tok.mask_id, "max_len": max_len,
                                   "head": "pretraining", **overrides})
@@ -154,14 +157,9 @@ def train_mlm(
     train_ex, test_ex = encode(tok, train_pairs, max_len), encode(tok, test_pairs, max_len)
     say(f"data {run_name}: {len(train_ex):,} training pairs, {len(test_ex):,} held out; WordPiece {tok.vocab_size:,}")
     say(f"model {preset}: {aiayn.count_parameters(model):,} parameters; {steps} updates of {batch_size} pairs")
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        tok.save(run / "tokenizer.json")
-        write_json(run / "args.json", args)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay=0.01, betas=(0.9, 0.999))
-    state = Run(run, model, optimizer, scheduler)
+    state = Run(run, model, optimizer, scheduler, accum)
     done, history = state.restore() if resume is not None else (0, [])
 
     def losses(model, batch):
@@ -198,11 +196,16 @@ def train_mlm(
             f"next-sentence accuracy {record['nsp_accuracy']:.1%}")
 
     try:
-        history = fit(model, batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=done), steps, optimizer,
-                      loss_fn, scheduler, progress=progress, desc=f"train {run_name}", every=eval_every,
-                      callback=validate, start=done, history=history, save=state.save, save_every=save_every)
+        history = fit(model, batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=state.position), steps,
+                      optimizer, loss_fn, scheduler, accum=accum, progress=progress, desc=f"train {run_name}",
+                      every=eval_every, callback=validate, start=done, history=history, save=state.save,
+                      save_every=save_every)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(model, run)
     last = state.validation[-1]
     result = {"run": run, "mlm_accuracy": last["mlm_accuracy"], "nsp_accuracy": last["nsp_accuracy"],
@@ -215,4 +218,4 @@ def train_mlm(
     return result
 
 
-__all__ = ["train_mlm", "sentence_pairs", "date_pairs"]
+__all__ = ["date_pairs", "sentence_pairs", "train_mlm"]

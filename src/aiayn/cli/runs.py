@@ -23,18 +23,36 @@ from torch import nn
 
 import aiayn
 from aiayn.io import write_json, write_text
-from aiayn.training import load_train_state, save_train_state
+from aiayn.training import distributed, load_train_state, save_train_state
 
 
 def new_run_dir(out: str | os.PathLike, name: str) -> Path:
-    """``out/name``, or ``out/name-2``, ``-3`` ... if that one is taken: a new run never overwrites one."""
+    """``out/name``, or ``out/name-2``, ``-3`` ... if that one is taken: a new run never overwrites one.
+    Several ranks: rank 0 makes it and every rank gets its name."""
+    if not distributed.is_main():
+        return distributed.broadcast(None)
     out = Path(out)
     path, i = out / name, 1
     while path.exists():
         i += 1
         path = out / f"{name}-{i}"
     path.mkdir(parents=True)
-    return path
+    return distributed.broadcast(path)
+
+
+def open_run(out: str | os.PathLike, name: str, args: dict[str, Any], resume: str | os.PathLike | None = None,
+             files: dict[str, Any] | None = None) -> Path:
+    """The run folder: ``resume``, or a new ``out/name`` (see :func:`new_run_dir`) holding ``args.json``
+    and ``files`` (file name -> a tokenizer or anything with ``save(path)``, or JSON data). Several ranks:
+    rank 0 writes, every rank gets the folder."""
+    if resume is not None:
+        return Path(resume)
+    run = new_run_dir(out, name)
+    if distributed.is_main():
+        write_json(run / "args.json", args)
+        for file, obj in (files or {}).items():
+            obj.save(run / file) if hasattr(obj, "save") else write_json(run / file, obj)
+    return run
 
 
 def read_args(run: str | os.PathLike) -> dict[str, Any]:
@@ -74,6 +92,16 @@ def lock(folder: Path) -> None:
     write_text(file, f"{os.getpid()}\n")
 
 
+def unlock(folder: Path) -> None:
+    """Remove this process's lock on ``folder`` (another process's stays)."""
+    file = folder / ".lock"
+    try:
+        if int(file.read_text().strip() or 0) == os.getpid():
+            file.unlink()
+    except (FileNotFoundError, ValueError):
+        pass
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -87,28 +115,46 @@ def _alive(pid: int) -> bool:
 class Run:
     """The training side of a run folder: saving and restoring the state, keeping the best weights.
 
+    Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it.
+
     Args:
         folder: the run folder.
         model, optimizer, scheduler: what the state holds.
-        accum: batches per update (the data position is ``step * accum`` batches).
+        accum: batches per update on each rank.
+
+    Attributes:
+        position: batches of the whole stream consumed so far (by all ranks): where the data resumes.
     """
 
     def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1) -> None:
         self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
         self.validation: list[dict[str, float]] = []
-        lock(folder)
+        self.position = 0
+        self._restored = (0, 0)  # (step, position) the run started from
+        self.per_update = accum * distributed.world_size()  # batches of the stream per update
+        if distributed.is_main():
+            lock(folder)
 
+    def unlock(self) -> None:
+        """Free the folder once training is over, so that this same process (a notebook) or another can
+        resume it."""
+        if distributed.is_main():
+            unlock(self.folder)
 
     def restore(self) -> tuple[int, list[dict[str, float]]]:
         """Load the saved state into model, optimizer, scheduler and the generator: ``(step, history)``."""
         state = load_train_state(self.folder, self.model, self.optimizer, self.scheduler)
         self.validation = state["extra"]["validation"]
+        self.position = state["batches"]
+        self._restored = (state["step"], state["batches"])
         return state["step"], state["extra"]["history"]
 
     def save(self, step: int, history: list[dict[str, float]]) -> None:
-        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback)."""
-        save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step, step * self.accum,
-                         {"history": history, "validation": self.validation})
+        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; rank 0)."""
+        done, position = self._restored
+        save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step,
+                         position + (step - done) * self.per_update,
+                         {"history": history, "validation": self.validation, "batches_per_update": self.per_update})
         write_text(self.folder / "history.csv", to_csv(history))
 
     def record(self, record: dict[str, float]) -> None:

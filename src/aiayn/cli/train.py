@@ -19,13 +19,22 @@ from typing import Any
 import torch
 
 import aiayn
-from aiayn.data import (encode_pairs, load_tokenizer, make_pairs, multi30k, read_parallel, read_tsv, seq2seq_batch,
-                        token_batches, train_tokenizers)
+from aiayn.cli.runs import Run, open_run, read_args
+from aiayn.data import (
+    encode_pairs,
+    load_tokenizer,
+    make_pairs,
+    multi30k,
+    read_parallel,
+    read_tsv,
+    seq2seq_batch,
+    token_batches,
+    train_tokenizers,
+)
 from aiayn.decoding import beam_search, greedy
-from aiayn.cli.runs import Run, new_run_dir, read_args
 from aiayn.io import write_json
 from aiayn.layers import record_attention
-from aiayn.training import fit, label_smoothed_loss, noam_optimizer
+from aiayn.training import distributed, fit, label_smoothed_loss, noam_optimizer, train_state_info
 
 Pairs = list[tuple[str, str]]
 
@@ -161,7 +170,8 @@ def train(
     kind = tokenizer or ("char" if data is None else "bpe")
     joint = kind == "bpe"
     if resume is None:
-        src_tok, tgt_tok = train_tokenizers(train_pairs, kind=kind, vocab_size=vocab_size, joint=joint)
+        src_tok, tgt_tok = distributed.broadcast(train_tokenizers(train_pairs, kind=kind, vocab_size=vocab_size,
+                                                                  joint=joint))  # several ranks: rank 0's
     else:
         src_tok, tgt_tok = load_tokenizer(Path(resume) / "src_tokenizer.json"), load_tokenizer(
             Path(resume) / "tgt_tokenizer.json")
@@ -178,13 +188,7 @@ def train(
         return label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, label_smoothing)
 
     held_out = encode_pairs(test_pairs, src_tok, tgt_tok)
-    if resume is None:
-        run = new_run_dir(out, name or run_name)
-        src_tok.save(run / "src_tokenizer.json")
-        tgt_tok.save(run / "tgt_tokenizer.json")
-        write_json(run / "args.json", args)
-    else:
-        run = Path(resume)
+    run = open_run(out, name or run_name, args, resume, {"src_tokenizer.json": src_tok, "tgt_tokenizer.json": tgt_tok})
 
     @torch.no_grad()
     def validate(step: int, history: list[dict[str, float]]) -> None:
@@ -210,13 +214,17 @@ def train(
         say(f"resuming {run} after update {done} of {steps}")
 
     batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), max_tokens, cfg.pad_id, cfg.bos_id,
-                            cfg.eos_id, seed, start=done * accum)
+                            cfg.eos_id, seed, start=state.position)
     try:
         history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
                       desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
                       save=state.save, save_every=save_every, autocast="bf16" if bf16 else None)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
+    finally:
+        state.unlock()
+    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+        return {"run": run, "history": history}
     aiayn.save(model, run)
 
     hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in test_pairs], beam=beam)
@@ -257,6 +265,7 @@ def resume_training(run: str | os.PathLike, steps: int | None = None, **display:
     args = read_args(run)
     if steps is not None:
         args["steps"] = steps
+    _keep_batch(args, train_state_info(run)["extra"].get("batches_per_update"), display.get("verbose", True))
     task = args.get("task")
     if task == "lm":
         from aiayn.cli.lm import train_lm as fn
@@ -274,6 +283,19 @@ def resume_training(run: str | os.PathLike, steps: int | None = None, **display:
         del args["task"]
     takes = inspect.signature(fn).parameters
     return fn(**args, **{k: v for k, v in display.items() if k in takes}, resume=Path(run))
+
+
+def _keep_batch(args: dict[str, Any], per_update: int | None, verbose: bool) -> None:
+    """Resuming under another number of ranks: keep the batches per update (``ranks x accum``), so the
+    run goes on with the same optimisation; when the ranks do not divide it, keep ``accum`` and say so."""
+    ranks = distributed.world_size()
+    if not per_update or per_update == ranks * args.get("accum", 1):
+        return
+    if per_update % ranks == 0:
+        args["accum"] = per_update // ranks
+    elif verbose and distributed.is_main():
+        print(f"note: the run took {per_update} batches per update; {ranks} ranks x accum {args.get('accum', 1)} "
+              f"take {ranks * args.get('accum', 1)} from here on")
 
 
 def _batches_once(pairs, max_tokens: int, cfg):

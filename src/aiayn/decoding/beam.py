@@ -132,7 +132,8 @@ def beam_search(
         live_sum = top_sum.gather(1, pick)  # (B, K) still best first
         seqs = _take(top_seq, pick).view(B * K, t + 1)  # (B*K, t+1)
         if cache is not None:
-            cache.reorder((row0 + top_beam.gather(1, pick)).view(-1))  # (B*K,) rows the new beams extend
+            # (B*K,) rows the new beams extend; always rows of the same sentence, so the same source
+            cache.reorder((row0 + top_beam.gather(1, pick)).view(-1), cross=False)
 
         if t == max_len:
             break

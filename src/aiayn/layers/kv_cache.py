@@ -8,13 +8,15 @@ allocated once for the whole generation, so no tensor is concatenated per step:
               k_buf[:, :, t+1:]   not yet used
 
 Cross-attention keys and values depend only on the encoder output, so they are projected once.
-Beam search reorders both along the batch with :meth:`DecoderCache.reorder`.
+Beam search reorders the batch rows with :meth:`DecoderCache.reorder`: only the filled positions are
+copied, into a second pair of buffers that then changes places with the first.
 
 Shapes: B batch (x beams), H heads, L max length, D head dim.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -25,6 +27,7 @@ class KVCache:
         self.max_len, self.length = max_len, 0
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self._spare: tuple[Tensor, Tensor] | None = None  # what reorder writes into
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``(B, H, t, D)`` new keys/values; return views of everything cached so far."""
@@ -40,8 +43,19 @@ class KVCache:
         return self.k[:, :, : self.length], self.v[:, :, : self.length]
 
     def reorder(self, index: Tensor) -> None:
-        if self.k is not None:
-            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        """Keep batch rows ``index``; copies the filled positions only."""
+        if self.k is None:
+            return
+        if index.numel() != self.k.size(0):  # the batch changes size: new buffers
+            self.k, self.v, self._spare = self.k.index_select(0, index), self.v.index_select(0, index), None
+            return
+        if self._spare is None:
+            self._spare = (torch.empty_like(self.k), torch.empty_like(self.v))
+        k, v = self._spare
+        n = self.length
+        torch.index_select(self.k[:, :, :n], 0, index, out=k[:, :, :n])
+        torch.index_select(self.v[:, :, :n], 0, index, out=v[:, :, :n])
+        self._spare, self.k, self.v = (self.k, self.v), k, v
 
 
 class LayerCache:
@@ -56,9 +70,9 @@ class LayerCache:
             self.cross = attn.project_kv(memory)
         return self.cross
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
         self.self_attn.reorder(index)
-        if self.cross is not None:
+        if cross and self.cross is not None:
             self.cross = tuple(t.index_select(0, index) for t in self.cross)
 
 
@@ -72,10 +86,12 @@ class DecoderCache(list):
     def length(self) -> int:
         return self[0].self_attn.length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search: the beams that survive a step)."""
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep batch rows ``index`` (beam search: the beams that survive a step). ``cross=False`` leaves
+        the cross-attention keys/values alone, right when ``index`` only moves rows among rows that hold
+        the same encoder output (the beams of one sentence)."""
         for layer in self:
-            layer.reorder(index)
+            layer.reorder(index, cross)
 
 
 __all__ = ["KVCache", "LayerCache", "DecoderCache"]

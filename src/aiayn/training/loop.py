@@ -5,6 +5,11 @@ number of target tokens, so accumulating k batches is the same update as one bat
 
 Ctrl-C (SIGINT) and SIGTERM do not cut an update in half: the loop finishes the update under way,
 calls ``save`` and then raises ``KeyboardInterrupt``. A second Ctrl-C stops at once.
+
+Started by ``torchrun`` (see :mod:`aiayn.training.distributed`), the same loop trains data-parallel: each
+rank takes its share of ``batches``, gradients are summed over all ranks and divided by the tokens of
+all of them, and rank 0 alone shows progress, validates and saves. A signal seen by any rank stops
+every rank after the same update.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
+
+from aiayn.training import distributed
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, Tensor, int]]
 AUTOCAST = {None: None, "bf16": torch.bfloat16}
@@ -73,11 +80,12 @@ def fit(
         clip: maximum gradient norm, or ``None``.
         accum: batches per update (gradient accumulation).
         every, callback: ``callback(step, history)`` after every ``every``-th update and the last one
-            (validation, checkpoints); the model is in training mode again after it.
+            (validation, checkpoints; rank 0 only); the model is in training mode again after it.
         start, history: resume after ``start`` updates, with their records (``batches`` must already
             be positioned after the batches those updates consumed).
         save: ``save(step, history)`` every ``save_every`` updates, after the last one, and when the
-            run is interrupted (after finishing the update under way); it writes what resuming needs.
+            run is interrupted (after finishing the update under way); it writes what resuming needs
+            (rank 0 only).
         autocast: ``"bf16"`` runs forward and loss under ``torch.autocast`` (bf16 needs no loss
             scaling); ``None`` is full fp32. On CPUs without bf16 units it is far slower; measure first.
 
@@ -97,6 +105,10 @@ def fit(
     model.train()
     history = list(history or [])
     params = [p for p in model.parameters() if p.requires_grad]
+    engine, batches, main = distributed.wrap(model), distributed.shard(batches), distributed.is_main()
+    distributed.fork_random_state()
+    if not main:
+        progress, callback, save = False, None, None
     bar = tqdm(range(start + 1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False,
                initial=start, total=steps)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
@@ -104,8 +116,8 @@ def fit(
     with _deferred_interrupts() as interrupted:
         for step in bar:
             try:
-                _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0,
-                        device, AUTOCAST[autocast])
+                stop = _update(engine, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history,
+                               t0, device, AUTOCAST[autocast], interrupted)
             except FloatingPointError as e:
                 bar.close()
                 last = "nothing was saved" if saved is None else f"the state saved after step {saved} is intact"
@@ -116,31 +128,45 @@ def fit(
             if callback is not None and ((every and step % every == 0) or step == steps):
                 callback(step, history)
                 model.train()
-            if save is not None and ((save_every and step % save_every == 0) or step == steps or interrupted):
+            stop = stop or bool(interrupted and not distributed.active())  # one process: a signal seen any time
+            if save is not None and ((save_every and step % save_every == 0) or step == steps or stop):
                 save(step, history)
                 saved = step
-            if interrupted:
+            if stop:
                 bar.close()
-                raise KeyboardInterrupt(f"stopped by signal {interrupted[0]} after step {step}")
+                by = f"signal {interrupted[0]}" if interrupted else "a signal to another rank"
+                raise KeyboardInterrupt(f"stopped by {by} after step {step}")
     bar.close()
     model.eval()
     return history
 
 
-def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device, dtype):
-    """One optimizer update over ``accum`` batches; appends its record to ``history``."""
+def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device, dtype,
+            interrupted) -> bool:
+    """One optimizer update over ``accum`` batches (on every rank); appends its record to ``history``.
+
+    Returns whether a signal (to any rank) asks to stop after this update.
+    """
     optimizer.zero_grad(set_to_none=True)
     loss_total, nll_total, n_total = 0.0, 0.0, 0
-    for _ in range(accum):
-        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            loss_sum, nll_sum, n = loss_fn(model, next(batches))
-        loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
+    for i in range(accum):
+        # several ranks: gradients are averaged over them once, after the last batch
+        sync = i == accum - 1 or not hasattr(model, "no_sync")
+        with contextlib.nullcontext() if sync else model.no_sync():
+            with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss_sum, nll_sum, n = loss_fn(model, next(batches))
+            loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
         loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
+    signalled = len(interrupted)
+    if distributed.active():  # the whole update's numbers, the same on every rank
+        loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, n_total, signalled])
+        n_total = int(n_total)
     if not math.isfinite(loss_total):
         raise FloatingPointError(f"the loss is {loss_total} at step {step}; stopping before the update")
+    ranks = distributed.world_size()  # DDP's gradients are the mean over ranks of each rank's sum
     for p in params:
         if p.grad is not None:
-            p.grad.div_(max(n_total, 1))
+            p.grad.div_(max(n_total, 1) / ranks if ranks > 1 else max(n_total, 1))
     norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     if clip is not None:
         nn.utils.clip_grads_with_norm_(params, clip, norm)
@@ -152,6 +178,7 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
         scheduler.step()
     history.append({"step": step, "loss": loss_total / max(n_total, 1), "nll": nll_total / max(n_total, 1), "lr": lr,
                     "tokens": n_total, "seconds": round(time.perf_counter() - t0, 3)})
+    return signalled > 0
 
 
 def _tokens_per_second(history: list[dict[str, float]], window: int = 10) -> float:

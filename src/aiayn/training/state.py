@@ -71,6 +71,18 @@ def save_train_state(
     return atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
+def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
+    """``{"step", "batches", "extra"}`` of the state at ``path`` (a file or a run folder), without loading
+    any tensor."""
+    path = Path(path)
+    file = path / STATE if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no training state at {file}; was the run started by this version of aiayn?")
+    with safe_open(str(file), framework="pt") as f:
+        meta = json.loads((f.metadata() or {})[_META])
+    return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
+
+
 def load_train_state(
     path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None
 ) -> dict[str, Any]:
@@ -122,4 +134,4 @@ def load_train_state(
     return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
 
 
-__all__ = ["STATE", "save_train_state", "load_train_state"]
+__all__ = ["STATE", "load_train_state", "save_train_state", "train_state_info"]

@@ -1,0 +1,139 @@
+"""One GPU (an H200, say) in a few minutes: MFU of ``gpt2`` and ``transformer-base`` training, tokens/s of
+``gpt2`` generation; bf16 autocast, attention through SDPA (flash kernels on CUDA), optional ``torch.compile``.
+
+    bash benchmarks/gpu.sh                       # or: python benchmarks/gpu.py [--compile] [--steps 20]
+    python benchmarks/gpu.py --device cpu --quick   # toy sizes on the CPU: checks the script runs
+
+MFU is the model's FLOPs per step (counted once with ``torch.utils.flop_counter`` on the real step: matmuls
+and attention kernels, backward included) divided by the step's median time and by the measured bf16 matmul
+peak of this device (``torch.mm`` of 8192^2 squares); the vendor's dense bf16 figure is recorded beside it.
+Writes ``benchmarks/results/gpu.json``, in the form of the CPU harness's files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import aiayn
+from aiayn.benchmark.harness import SCHEMA, count_flops, machine, write_result
+from aiayn.decoding import sample
+from aiayn.training.losses import label_smoothed_loss
+
+HERE = Path(__file__).parent
+VENDOR_BF16_DENSE = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # FLOP/s, dense (no sparsity)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds(fn, device: torch.device, steps: int, warmup: int = 3) -> list[float]:
+    """Wall time of each of ``steps`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(steps):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n**3 / min(seconds(lambda: a @ b, device, 10))
+
+
+def training_step(model, loss_fn, batch, device, compile_: bool):
+    """One AdamW step under bf16 autocast (fused AdamW on CUDA)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    forward = torch.compile(model) if compile_ else model
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_fn(forward, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per case (medians are reported)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the models")
+    p.add_argument("--quick", action="store_true", help="toy sizes (to check the script, e.g. on a CPU)")
+    p.add_argument("--out", default=str(HERE / "results"))
+    args = p.parse_args()
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    q = args.quick
+    peak = matmul_peak(device, torch.bfloat16, 512 if q else 8192)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    vendor = next((v for k, v in VENDOR_BF16_DENSE.items() if k in name), None)
+    print(f"{name}: measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s" + (f" (vendor {vendor / 1e12:.0f})"
+                                                                             if vendor else ""))
+    cases = {}
+
+    # gpt2 training: batch 16 x 1024 tokens
+    torch.manual_seed(0)
+    gpt = aiayn.build("gpt-tiny" if q else "gpt2").to(device)
+    b, t = (2, 32) if q else (16, 1024)
+    ids = torch.randint(0, gpt.cfg.vocab_size, (b, t + 1), device=device)
+
+    def lm_loss(model, batch):
+        return F.cross_entropy(model(batch[:, :-1]).flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    cases["gpt2-train"] = (training_step(gpt, lm_loss, ids, device, args.compile), b * t, "tokens")
+
+    # transformer-base training: batch 128 x (64 source + 64 target) tokens, vocabulary 32,000
+    cfg = aiayn.preset("transformer-tiny" if q else "transformer-base", src_vocab_size=32000, tgt_vocab_size=32000,
+                       share_embeddings=True)
+    seq2seq = aiayn.build(cfg).to(device)
+    b2, s2 = (2, 16) if q else (128, 64)
+    src = torch.randint(4, 32000, (b2, s2), device=device)
+    tgt = torch.randint(4, 32000, (b2, s2 + 1), device=device)
+
+    def mt_loss(model, batch):
+        loss, _, n = label_smoothed_loss(model(batch[0], batch[1][:, :-1]), batch[1][:, 1:], cfg.pad_id, 0.1)
+        return loss / n
+
+    cases["transformer-base-train"] = (training_step(seq2seq, mt_loss, (src, tgt), device, args.compile),
+                                       b2 * 2 * s2, "tokens")
+
+    results = {}
+    for case, (step, units, unit) in cases.items():
+        flops = count_flops(step)  # one real step, backward and optimizer included
+        times = seconds(step, device, args.steps)
+        med = statistics.median(times)
+        results[case] = {"throughput": units / med, "unit": unit, "median_s": med, "flops_per_step": flops,
+                         "mfu": flops / med / peak, "mfu_vendor": flops / med / vendor if vendor else None}
+        print(f"{case}: {units / med:,.0f} {unit}/s, MFU {flops / med / peak:.1%} of the measured peak")
+
+    # gpt2 generation: greedy, batch 1, 256 new tokens, bf16 weights
+    gpt = gpt.to(torch.bfloat16).eval()
+    prompt = torch.randint(0, gpt.cfg.vocab_size, (1, 16), device=device)
+    n = 16 if q else 256
+    times = seconds(lambda: sample(gpt, prompt, n, temperature=0), device, max(3, args.steps // 5), warmup=1)
+    results["gpt2-generate"] = {"throughput": n / statistics.median(times), "unit": "tokens",
+                                "median_s": statistics.median(times)}
+    print(f"gpt2-generate: {n / statistics.median(times):,.0f} tokens/s (batch 1, bf16)")
+
+    write_result({"schema": SCHEMA, "case": "gpu", "kind": "gpu", "quick": q, "compile": args.compile,
+                  "dtype": "bfloat16 autocast", "measured_bf16_peak_flops": peak, "vendor_bf16_peak_flops": vendor,
+                  "results": results, "machine": machine(device)}, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+"""The benchmark cases: ours against PyTorch's and Hugging Face's models, on the same work.
+
+Each case builds its models (random weights, no downloads), checks that ours computes what each peer
+computes (the same logits within a tolerance, the same generated tokens) and returns a
+:class:`~aiayn.benchmark.harness.Case` whose sides each do one unit of work. ``quick=True`` shrinks every
+size so the whole set runs in seconds (the tests); the numbers then mean nothing.
+
+    case            unit of work                                           peers
+    train-small     training step, Transformer d256 3+3 layers, vocab 8k  torch.nn.Transformer, MarianMTModel
+    train-base      training step, transformer-base, vocab 8k              torch.nn.Transformer, MarianMTModel
+    decode-greedy   greedy translation with our KV cache                   MarianMTModel.generate
+    decode-beam     beam search (4) with our KV cache                      MarianMTModel.generate
+    gpt2-generate   gpt2 greedy generation, batch 1                        GPT2LMHeadModel.generate
+    gpt2-train      gpt2 training step, AdamW                              GPT2LMHeadModel
+    swin-forward    swin-t forward, 224 px, eval                           SwinForImageClassification
+    vit-forward     vit-b16 forward, 224 px, eval                          ViTForImageClassification
+
+Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf``; the ``torch.nn.Transformer``
+peer gets our weights copied in. The training cases use one loss and one optimizer per family on every side:
+label-smoothed cross-entropy (epsilon 0.1: ours from :mod:`aiayn.training.losses`, the peers
+``F.cross_entropy(label_smoothing=0.1)``) and Adam as the paper sets it; GPT-2 plain cross-entropy and AdamW.
+
+Shapes: B batch, S source length, T target length, N new tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import aiayn
+from aiayn.benchmark.harness import Case, Side, Target, memory_bandwidth
+from aiayn.decoding import beam_search, greedy, sample
+from aiayn.models.transformer import TransformerConfig
+from aiayn.training.losses import label_smoothed_loss
+
+TOLERANCE = 1e-4  # on logits, absolute and relative (float32, a few layers)
+
+
+# --- sizes --------------------------------------------------------------------------------------------------
+
+def small_transformer(quick: bool = False) -> TransformerConfig:
+    """``transformer-base`` shrunk to d_model 256, d_ff 1024, 4 heads, 3+3 layers, vocabulary 8,000."""
+    if quick:
+        return aiayn.preset("transformer-base", src_vocab_size=300, tgt_vocab_size=300, d_model=32, d_ff=64,
+                            n_heads=4, n_encoder_layers=1, n_decoder_layers=1, max_len=64)
+    return aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, d_ff=1024,
+                        n_heads=4, n_encoder_layers=3, n_decoder_layers=3)
+
+
+def base_transformer(quick: bool = False) -> TransformerConfig:
+    """``transformer-base`` (Table 3) with a vocabulary of 8,000."""
+    if quick:
+        return dataclasses.replace(small_transformer(True), d_model=48, d_ff=96, n_encoder_layers=2,
+                                   n_decoder_layers=2)
+    return aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000)
+
+
+def _millions(model: nn.Module) -> str:
+    return f"{aiayn.count_parameters(model) / 1e6:.3g}M"
+
+
+def _describe(cfg: TransformerConfig) -> str:
+    return (f"d_model {cfg.d_model}, d_ff {cfg.d_ff}, {cfg.n_heads} heads, {cfg.n_encoder_layers}+"
+            f"{cfg.n_decoder_layers} layers, vocabulary {cfg.src_vocab_size:,}")
+
+
+# --- peers --------------------------------------------------------------------------------------------------
+
+def _interleaved_sinusoids(n: int, d: int) -> Tensor:
+    """Section 3.5's table, written out here rather than taken from aiayn: PE(p, 2i) = sin(p / 10000^(2i/d)),
+    PE(p, 2i+1) = cos(...)."""
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    angles = pos / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (n, d/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1).float()  # (n, d)
+
+
+class TorchTransformer(nn.Module):
+    """The paper's model around ``torch.nn.Transformer``: token embeddings x sqrt(C) + sinusoidal positions,
+    dropout, post-norm ReLU layers, a pre-softmax projection tied to the (shared) embeddings.
+
+    Two edits make it compute what ours computes: the extra final LayerNorm ``nn.Transformer`` puts after each
+    post-norm stack is left out, and the dropouts ours does not have (on the attention weights, inside the
+    feed-forward network) are off; ``dropout`` acts on every sub-layer output and on the embedding sums.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        c = cfg.d_model
+        self.scale = math.sqrt(c)
+        self.embed = nn.Embedding(cfg.src_vocab_size, c, padding_idx=cfg.pad_id)
+        self.register_buffer("pe", _interleaved_sinusoids(cfg.max_len, c), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        layer = {"d_model": c, "nhead": cfg.n_heads, "dim_feedforward": cfg.d_ff, "dropout": cfg.dropout,
+                 "batch_first": True}
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), cfg.n_encoder_layers,
+                                        enable_nested_tensor=False)
+        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), cfg.n_decoder_layers)
+        self.transformer = nn.Transformer(c, cfg.n_heads, custom_encoder=encoder, custom_decoder=decoder,
+                                          batch_first=True)
+        for block in [*encoder.layers, *decoder.layers]:
+            block.dropout = nn.Identity()  # inside the feed-forward network
+            for attention in (block.self_attn, getattr(block, "multihead_attn", None)):
+                if attention is not None:
+                    attention.dropout = 0.0
+        self.generator = nn.Linear(c, cfg.tgt_vocab_size)
+        self.generator.weight = self.embed.weight
+        self.pad_id = cfg.pad_id
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Logits ``(B, T, V)``; padding masked as a training loop masks it."""
+        x = self.drop(self.embed(src) * self.scale + self.pe[: src.size(1)])  # (B, S, C)
+        y = self.drop(self.embed(tgt) * self.scale + self.pe[: tgt.size(1)])  # (B, T, C)
+        t = tgt.size(1)
+        causal = torch.ones(t, t, dtype=torch.bool, device=tgt.device).triu(1)  # (T, T) True = masked, as padding
+        src_pad, tgt_pad = src == self.pad_id, tgt == self.pad_id
+        h = self.transformer(x, y, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_pad,
+                             tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        return self.generator(h)
+
+    def load_ours(self, model: nn.Module) -> None:
+        """Copy the weights of our :class:`~aiayn.models.transformer.Transformer` (shared, tied embeddings)."""
+        table = model.src_embed.tokens.weight
+        sd = {"embed.weight": table, "generator.weight": table, "generator.bias": model.generator.bias}
+        for side in ("encoder", "decoder"):
+            for name, p in getattr(model, side).state_dict().items():
+                name = (name.replace("self_attn.in_proj.", "self_attn.in_proj_")
+                        .replace("cross_attn.in_proj.", "multihead_attn.in_proj_")
+                        .replace("cross_attn.", "multihead_attn.")
+                        .replace("ff.fc1", "linear1").replace("ff.fc2", "linear2"))
+                sd[f"transformer.{side}.{name}"] = p
+        self.load_state_dict(sd, strict=True)  # any name that does not map fails here
+
+
+def marian(cfg: TransformerConfig, final_bias: dict[int, float] | None = None) -> nn.Module:
+    """A randomly initialised ``MarianMTModel`` with the sizes of ``cfg`` (ReLU, shared and tied embeddings);
+    ``final_bias`` sets entries of its logits bias."""
+    import transformers
+
+    hf = transformers.MarianMTModel(transformers.MarianConfig(
+        vocab_size=cfg.src_vocab_size, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_len, scale_embedding=cfg.scale_embedding, dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout, pad_token_id=cfg.pad_id,
+        decoder_start_token_id=cfg.bos_id, eos_token_id=cfg.eos_id, forced_eos_token_id=None))
+    with torch.no_grad():
+        for token, value in (final_bias or {}).items():
+            hf.final_logits_bias[0, token] = value
+    return hf
+
+
+# --- checks -------------------------------------------------------------------------------------------------
+
+def close(what: str, got: Tensor, expected: Tensor, tol: float = TOLERANCE) -> dict[str, Any]:
+    """Did ``got`` match ``expected`` within ``tol`` (absolute and relative)?"""
+    same_shape = got.shape == expected.shape
+    diff = (got - expected).abs().max().item() if same_shape else float("inf")
+    ok = same_shape and torch.allclose(got, expected, atol=tol, rtol=tol)
+    return {"what": what, "max_abs_diff": diff, "tolerance": tol, "ok": bool(ok)}
+
+
+def same(what: str, got: Tensor, expected: Tensor) -> dict[str, Any]:
+    """Are ``got`` and ``expected`` the same ids?"""
+    ok = got.shape == expected.shape and torch.equal(got, expected)
+    return {"what": what, "shape": list(got.shape), "ok": bool(ok)}
+
+
+# --- translation: training ----------------------------------------------------------------------------------
+
+def _training_step(model: nn.Module, optimizer: torch.optim.Optimizer,
+                   loss: Callable[[], Tensor]) -> Callable[[], None]:
+    """Forward, backward, update; the gradients are dropped at the end of the step, not the start of the
+    next, so between steps only the weights and the optimizer's state are held (what peak memory is above)."""
+
+    def step() -> None:
+        loss().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    model.train()
+    return step
+
+
+def _adam(model: nn.Module) -> torch.optim.Adam:
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)  # section 5.3
+
+
+def translation_training(name: str, cfg: TransformerConfig, batch: int, length: int, target: Target,
+                         device: torch.device) -> Case:
+    """One training step of ``cfg`` on ``batch`` pairs of ``length`` source and ``length`` target tokens."""
+    torch.manual_seed(0)
+    ours = aiayn.build(cfg)
+    peer = TorchTransformer(cfg)
+    peer.load_ours(ours)
+    hf = marian(cfg)
+    src = torch.randint(3, cfg.src_vocab_size, (batch, length))  # (B, S) no padding: every side does the same work
+    out = torch.randint(3, cfg.tgt_vocab_size, (batch, length))  # (B, T) the targets
+    tgt = torch.cat([torch.full((batch, 1), cfg.bos_id), out[:, :-1]], dim=1)  # (B, T) shifted right
+
+    for model in (ours, peer, hf):
+        model.eval()
+    with torch.no_grad():
+        converted = aiayn.from_hf(hf).eval()
+        logits = ours(src, tgt)
+        checks = {"torch.nn.Transformer": close("logits, our weights copied in (eval)", peer(src, tgt), logits)}
+        marian_check = close("logits of ours carrying Marian's weights (from_hf, eval)", converted(src, tgt),
+                             hf(input_ids=src, attention_mask=src != cfg.pad_id, decoder_input_ids=tgt).logits)
+    # The converted model is ours with the case's config, but for the layout of the sinusoid table.
+    marian_check["same_config"] = converted.cfg == dataclasses.replace(cfg, positional="sinusoidal-concat")
+    marian_check["ok"] = marian_check["ok"] and marian_check["same_config"]
+    checks["MarianMTModel"] = marian_check
+
+    ours, peer, hf = ours.to(device), peer.to(device), hf.to(device)
+    src, tgt, out = src.to(device), tgt.to(device), out.to(device)
+
+    def ours_loss() -> Tensor:
+        loss, _, n = label_smoothed_loss(ours(src, tgt), out, cfg.pad_id, 0.1)
+        return loss / n
+
+    def smoothed(logits: Tensor) -> Tensor:
+        return F.cross_entropy(logits.flatten(0, 1), out.flatten(), ignore_index=cfg.pad_id, label_smoothing=0.1)
+
+    sides = [
+        Side("aiayn", _training_step(ours, _adam(ours), ours_loss)),
+        Side("torch.nn.Transformer", _training_step(peer, _adam(peer), lambda: smoothed(peer(src, tgt)))),
+        Side("MarianMTModel", _training_step(hf, _adam(hf), lambda: smoothed(
+            hf(input_ids=src, attention_mask=src != cfg.pad_id, decoder_input_ids=tgt).logits))),
+    ]
+    what = (f"one training step (forward, label-smoothed loss, backward, Adam) of the Transformer ({_describe(cfg)}, "
+            f"dropout {cfg.dropout}), batch {batch} x ({length} source + {length} target) tokens; tokens/s counts "
+            f"source and target tokens")
+    return Case(name, what, sides, units=2 * batch * length, unit="tokens", checks=checks, target=target,
+                extra={"config": dataclasses.asdict(cfg), "batch": batch, "length": length,
+                       "parameters": aiayn.count_parameters(ours)})
+
+
+def train_small(quick: bool, device: torch.device) -> Case:
+    batch, length = (4, 8) if quick else (32, 32)
+    return translation_training("train-small", small_transformer(quick), batch, length, Target(1.15), device)
+
+
+def train_base(quick: bool, device: torch.device) -> Case:
+    batch, length = (4, 8) if quick else (32, 32)
+    return translation_training("train-base", base_transformer(quick), batch, length, Target(1.0, mfu=0.7), device)
+
+
+# --- translation: decoding ----------------------------------------------------------------------------------
+
+def translation_decoding(name: str, beam: int, quick: bool, device: torch.device) -> Case:
+    """Decode a batch with our cache against ``MarianMTModel.generate`` on the same weights.
+
+    Both must run the same number of steps: the shared weights give ``</s>`` (and padding) a logits bias of
+    -10^4, so neither ever ends a sentence and both produce exactly ``N`` tokens per sentence (no extra
+    logits processors on either side). With every hypothesis the same length, beam search ranks by log-prob
+    on both sides, whatever the length penalty.
+    """
+    cfg = small_transformer(quick)
+    batch, length, new = (3, 6, 6) if quick else (16, 24, 64)
+    torch.manual_seed(0)
+    hf = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()
+    ours = aiayn.from_hf(hf).eval()
+    hf, ours = hf.to(device), ours.to(device)
+    src = torch.randint(3, cfg.src_vocab_size, (batch, length), device=device)  # (B, S)
+    mask = torch.ones_like(src)
+
+    def run_ours() -> Tensor:
+        if beam == 1:
+            return greedy(ours, src, max_len=new)
+        return beam_search(ours, src, beam=beam, length_penalty=1.0, max_len=new, normalize="length")
+
+    beams = {} if beam == 1 else {"num_beams": beam, "length_penalty": 1.0}
+
+    def run_hf() -> Tensor:
+        out = hf.generate(input_ids=src, attention_mask=mask, do_sample=False, max_new_tokens=new, **beams)
+        return out[:, 1:]  # (B, N) without the start token
+
+    got, expected = run_ours(), run_hf()
+    check = same(f"generated ids, {new} tokens per sentence on both sides", got, expected)
+    check["ok"] = check["ok"] and got.shape == (batch, new)
+    how = "greedy decoding" if beam == 1 else f"beam search (beam {beam})"
+    what = (f"translation, {how} with our KV cache against MarianMTModel.generate on the same weights "
+            f"({_describe(cfg)}), batch {batch} sources of {length} tokens, {new} tokens generated per sentence "
+            f"(end of sentence blocked on both sides)")
+    target = Target(1.5)
+    return Case(name, what, [Side("aiayn", run_ours), Side("MarianMTModel.generate", run_hf)], units=batch * new,
+                unit="tokens", checks={"MarianMTModel.generate": check}, target=target,
+                extra={"config": dataclasses.asdict(ours.cfg), "batch": batch, "source_length": length,
+                       "new_tokens": new, "beam": beam})
+
+
+def decode_greedy(quick: bool, device: torch.device) -> Case:
+    return translation_decoding("decode-greedy", 1, quick, device)
+
+
+def decode_beam(quick: bool, device: torch.device) -> Case:
+    return translation_decoding("decode-beam", 4, quick, device)
+
+
+# --- GPT-2 --------------------------------------------------------------------------------------------------
+
+def gpt2_hf(quick: bool) -> nn.Module:
+    """``GPT2LMHeadModel`` of the 124M config (quick: a tiny one), random weights."""
+    import transformers
+
+    if quick:
+        cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=500, n_positions=64,
+                                      bos_token_id=499, eos_token_id=499)
+    else:
+        cfg = transformers.GPT2Config()
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def gpt2_generate(quick: bool, device: torch.device) -> Case:
+    """Greedy generation with the KV cache, batch 1, against ``GPT2LMHeadModel.generate`` on the same weights.
+
+    Neither stops early: ours is given no ``eos_id``, and Hugging Face's generation config none either. At
+    batch 1 each new token reads every weight once, so memory bandwidth bounds the speed:
+
+        best tokens/s = bandwidth / bytes of weights read per token
+
+    (all parameters except the position table, of which one row is read; the token table is read whole by
+    the tied output projection). The bandwidth is measured with a large copy.
+    """
+    prompt_len, new = (4, 8) if quick else (16, 256)
+    hf = gpt2_hf(quick).eval()
+    hf.generation_config.eos_token_id = None  # run all N steps, with no logits processor added
+    hf.generation_config.pad_token_id = None
+    ours = aiayn.from_hf(hf).eval()
+    hf, ours = hf.to(device), ours.to(device)
+    prompt = torch.randint(0, ours.cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(device)
+    mask = torch.ones_like(prompt)
+
+    def run_ours() -> Tensor:
+        return sample(ours, prompt, new, temperature=0)
+
+    def run_hf() -> Tensor:
+        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
+
+    got, expected = run_ours(), run_hf()
+    check = same(f"prompt + {new} generated ids", got, expected)
+    check["ok"] = check["ok"] and got.shape == (1, prompt_len + new)
+
+    weights = {id(p): p for p in ours.parameters()}  # tied tables once
+    read = sum(p.numel() * p.element_size() for p in weights.values()) - ours.embed.positions.weight.nbytes
+    bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
+    ceiling = bandwidth / read
+    what = (f"gpt2 ({_millions(ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
+            f"{prompt_len}-token prompt, {new} new tokens, against GPT2LMHeadModel.generate on the same weights")
+    extra = {"prompt_tokens": prompt_len, "new_tokens": new, "weight_bytes_per_token": read,
+             "memory_bandwidth_bytes_per_s": bandwidth, "ceiling_tokens_per_s": ceiling}
+    return Case("gpt2-generate", what, [Side("aiayn", run_ours), Side("GPT2LMHeadModel.generate", run_hf)],
+                units=new, unit="tokens", checks={"GPT2LMHeadModel.generate": check}, target=Target(1.3), extra=extra)
+
+
+def gpt2_train(quick: bool, device: torch.device) -> Case:
+    """One training step (forward, next-token cross-entropy, backward, AdamW) against ``GPT2LMHeadModel`` on the
+    same weights, with GPT-2's dropout (0.1) on both. The check runs with dropout off (eval): the loss and
+    the gradients must agree."""
+    batch, length = (2, 16) if quick else (4, 256)
+    hf = gpt2_hf(quick)
+    ours = aiayn.from_hf(hf)
+    v = ours.cfg.vocab_size
+    ids = torch.randint(0, v, (batch, length), generator=torch.Generator().manual_seed(0))  # (B, T)
+
+    def ours_loss() -> Tensor:
+        logits = ours(ids)  # (B, T, V)
+        return F.cross_entropy(logits[:, :-1].reshape(-1, v), ids[:, 1:].reshape(-1))
+
+    def hf_loss() -> Tensor:
+        return hf(input_ids=ids, labels=ids).loss  # shifts the labels itself
+
+    ours.eval()
+    hf.eval()
+    mine, theirs = ours_loss(), hf_loss()
+    mine.backward()
+    theirs.backward()
+    check = close("loss, dropout off (eval)", mine.detach(), theirs.detach())
+    grads = []
+    for name, hf_name, transposed in (("embed.tokens.weight", "transformer.wte.weight", False),
+                                      ("decoder.layers.0.ff.fc1.weight", "transformer.h.0.mlp.c_fc.weight", True)):
+        expected = hf.get_parameter(hf_name).grad
+        expected = expected.T if transposed else expected  # GPT-2's Conv1D stores (in, out)
+        scale = expected.abs().max()
+        grads.append(close(f"gradient of {name} / its largest entry", ours.get_parameter(name).grad / scale,
+                           expected / scale))
+    check["gradients"] = grads
+    check["ok"] = check["ok"] and all(g["ok"] for g in grads)
+    ours.zero_grad(set_to_none=True)
+    hf.zero_grad(set_to_none=True)
+
+    ours, hf, ids = ours.to(device), hf.to(device), ids.to(device)
+
+    def adamw(model: nn.Module) -> torch.optim.AdamW:
+        return torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+    sides = [Side("aiayn", _training_step(ours, adamw(ours), ours_loss)),
+             Side("GPT2LMHeadModel", _training_step(hf, adamw(hf), hf_loss))]
+    what = (f"gpt2 ({_millions(ours)} parameters) training step (forward, cross-entropy, "
+            f"backward, AdamW), batch {batch} x {length} tokens, dropout 0.1, against GPT2LMHeadModel on the same "
+            f"weights")
+    return Case("gpt2-train", what, sides, units=batch * length, unit="tokens",
+                checks={"GPT2LMHeadModel": check}, extra={"batch": batch, "length": length})
+
+
+# --- vision -------------------------------------------------------------------------------------------------
+
+def vision_hf(name: str) -> nn.Module:
+    """The Hugging Face image classifier with the sizes of our preset ``name`` (random weights)."""
+    import transformers
+
+    cfg = aiayn.preset(name)
+    if name.startswith("swin"):
+        return transformers.SwinForImageClassification(transformers.SwinConfig(
+            image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, embed_dim=cfg.d_model,
+            depths=list(cfg.n_layers), num_heads=list(cfg.n_heads), window_size=cfg.window_size,
+            mlp_ratio=cfg.mlp_ratio, num_labels=cfg.num_classes))
+    return transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, hidden_size=cfg.d_model,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
+        num_labels=cfg.num_classes))
+
+
+def vision_forward(name: str, preset: str, peer: str, quick: bool, device: torch.device) -> Case:
+    """Forward of ``preset`` in eval mode without gradients against Hugging Face's, on the same weights."""
+    batch = 2 if quick else 8
+    torch.manual_seed(0)
+    hf = vision_hf(preset).eval()
+    ours = aiayn.from_hf(hf).eval()
+    hf, ours = hf.to(device), ours.to(device)
+    cfg = ours.cfg
+    images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size, device=device)
+
+    def run_ours() -> Tensor:
+        with torch.no_grad():
+            return ours(images)
+
+    def run_hf() -> Tensor:
+        with torch.no_grad():
+            return hf(pixel_values=images).logits
+
+    checks = {peer: close("class logits", run_ours(), run_hf())}
+    what = (f"{preset} forward ({_millions(ours)} parameters), {cfg.image_size} px, batch "
+            f"{batch}, eval, no gradients, against {peer} on the same weights")
+    return Case(name, what, [Side("aiayn", run_ours), Side(peer, run_hf)], units=batch, unit="images",
+                checks=checks, target=Target(1.2), extra={"preset": preset, "batch": batch})
+
+
+def swin_forward(quick: bool, device: torch.device) -> Case:
+    return vision_forward("swin-forward", "swin-tiny" if quick else "swin-t", "SwinForImageClassification", quick,
+                          device)
+
+
+def vit_forward(quick: bool, device: torch.device) -> Case:
+    return vision_forward("vit-forward", "vit-tiny" if quick else "vit-b16", "ViTForImageClassification", quick,
+                          device)
+
+
+CASES: dict[str, Callable[[bool, torch.device], Case]] = {
+    "train-small": train_small,
+    "train-base": train_base,
+    "decode-greedy": decode_greedy,
+    "decode-beam": decode_beam,
+    "gpt2-generate": gpt2_generate,
+    "gpt2-train": gpt2_train,
+    "swin-forward": swin_forward,
+    "vit-forward": vit_forward,
+}
+
+__all__ = ["CASES", "TorchTransformer", "base_transformer", "close", "marian", "same", "small_transformer"]

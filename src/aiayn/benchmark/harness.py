@@ -1,0 +1,292 @@
+"""The benchmark harness: ours against one or more peers, side by side in one process.
+
+A :class:`Case` hands over *sides*, each a function of no arguments that does one unit of work (a training
+step, a forward pass, a generation), ours first, with what the unit is worth (tokens, images) and the result
+of its correctness check (ours and each peer must compute the same thing). :func:`measure` then
+
+    FLOPs of one unit of ours  (FlopCounterMode)          -> model FLOPs per unit, the same for every side
+    warm-up: every side, ``warmup`` units
+    timing:  rounds alternate the sides, A B A B ...      (A B C A B C with two peers)
+    memory:  one profiled unit per side                   -> peak bytes allocated during the unit
+
+and reports per side the median time, the throughput (units / median), the MFU (FLOPs / median / matmul
+peak) and the peak memory; per peer the speed ratio ``t_peer / t_ours`` of every round and their median
+(> 1: ours is faster). Alternating puts any drift of the machine (another process, the clock) on both sides;
+the ratio is taken round by round so a slow round slows both of its terms.
+
+The machine's ceilings are measured here too: :func:`matmul_peak` (float32 ``torch.mm`` of large squares)
+and :func:`memory_bandwidth` (a large tensor copy). Peak memory is what one unit allocates on top of what was
+already there (weights, optimizer state from the warm-up): ``torch.cuda.max_memory_allocated`` on a GPU, and
+on the CPU the running sum of the profiler's allocation events, at its highest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count
+
+from aiayn.analysis.flops import SDPA_KERNELS
+
+CPU = torch.device("cpu")
+SCHEMA = "aiayn-bench/1"  # every results file the harness writes carries it; the report reads only those
+
+_CPU_SDPA_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
+def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of the CPU fused attention's backward, PyTorch's formula for its CUDA kernels (five matmuls)."""
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# FlopCounterMode counts the CPU attention kernel, forward and backward, as 0 out of the box (PyTorch 2.13).
+KERNELS = {**SDPA_KERNELS, **({_CPU_SDPA_BACKWARD: _sdpa_backward_flops} if _CPU_SDPA_BACKWARD is not None else {})}
+
+
+@dataclass
+class Side:
+    """One contender: ``run()`` does one unit of work."""
+
+    name: str
+    run: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What ours should reach: ``ratio`` (t_peer / t_ours) against every peer, and ``mfu`` if given."""
+
+    ratio: float
+    mfu: float | None = None
+
+
+@dataclass
+class Case:
+    """A benchmark: the sides (ours first), what a unit is worth, the correctness checks and the target.
+
+    Attributes:
+        name: the case's name, also the stem of its results file.
+        what: one line saying what it measures.
+        sides: ours first, then the peers.
+        units: tokens or images one unit of work handles (throughput = units / median seconds).
+        unit: what ``units`` counts, e.g. ``"tokens"``.
+        checks: per peer name, ``{"what": ..., "ok": bool, ...}``: did ours compute what the peer computes?
+        target: what ours should reach, or ``None``.
+        flops: FLOPs of one unit; ``None`` counts them on ours.
+        extra: anything else the results file should hold (sizes, ceilings).
+    """
+
+    name: str
+    what: str
+    sides: list[Side]
+    units: float
+    unit: str
+    checks: dict[str, dict[str, Any]]
+    target: Target | None = None
+    flops: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.sides]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"case {self.name!r}: sides need distinct names, got {names}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to measure: ``rounds`` timed units per side (alternating) after ``warmup`` each; ``peak_flops`` for
+    MFU; ``clock`` is replaceable so tests can check the arithmetic without timing anything."""
+
+    peak_flops: float
+    rounds: int = 5
+    warmup: int = 1
+    device: torch.device = CPU
+    quick: bool = False
+    clock: Callable[[], float] = time.perf_counter
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds={self.rounds} must be >= 1")
+        if self.warmup < 0:
+            raise ValueError(f"warmup={self.warmup} must be >= 0")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: torch.device = CPU,
+          clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds ``fn()`` takes (waiting for the device to finish)."""
+    synchronize(device)
+    start = clock()
+    fn()
+    synchronize(device)
+    return clock() - start
+
+
+def matmul_peak(n: int = 3072, repeats: int = 5, device: torch.device = CPU) -> float:
+    """Float32 ``torch.mm`` FLOP/s of ``n x n`` squares, the best of ``repeats`` (after one warm-up)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    torch.mm(a, b)
+    best = min(timed(lambda: torch.mm(a, b), device) for _ in range(repeats))
+    return 2 * n**3 / best
+
+
+def memory_bandwidth(mib: int = 512, repeats: int = 5, device: torch.device = CPU) -> float:
+    """Bytes/s of copying a ``mib`` MiB float32 tensor (each byte read once and written once), best of
+    ``repeats``; choose ``mib`` well above the caches."""
+    src = torch.ones(mib * 2**20 // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = min(timed(lambda: dst.copy_(src), device) for _ in range(repeats))
+    return 2 * src.numel() * src.element_size() / best
+
+
+class _GlobalOnly(contextlib.nullcontext):
+    """Stands in for FlopCounterMode's module tracker, so every op counts towards "Global" only. The real
+    tracker hooks the gradient of each module's output, which fails under ``no_grad`` on a slice of a
+    parameter (learned positions, as decoding runs them); the harness only needs the total."""
+
+    parents = ("Global",)
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of the matmuls, convolutions and attention kernels ``fn()`` runs, backward passes included."""
+    counter = FlopCounterMode(display=False, custom_mapping=KERNELS)
+    counter.mod_tracker = _GlobalOnly()
+    with counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def peak_memory(fn: Callable[[], Any], device: torch.device = CPU) -> int:
+    """Most bytes allocated at once during ``fn()``, above what was allocated before it.
+
+    On the CPU the profiler sees only blocks allocated while it runs: a free of an older block is not
+    counted, so a unit should release what it allocates (a training step drops its gradients at its end).
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # "[memory]" events: +bytes for an allocation, -bytes for a free, in the order they happened.
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    running = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        running += e.nbytes()
+        peak = max(peak, running)
+    return peak
+
+
+def measure(case: Case, settings: Settings) -> dict[str, Any]:
+    """Time, count and profile every side of ``case`` (see the module docstring).
+
+    Returns:
+        ``{"case", "what", "unit", "units", "flops", "rounds", "sides": {name: {"seconds", "median_s",
+        "throughput", "mfu", "peak_memory_bytes"}}, "peers": {name: {"ratios", "ratio", "check", "met"}},
+        "target", "extra"}``; ``met`` is ``None`` without a target, else whether the ratio (and ours' MFU)
+        reach it and the correctness check passed.
+    """
+    device, ours = settings.device, case.sides[0]
+    flops = case.flops if case.flops is not None else count_flops(ours.run)
+    for side in case.sides:
+        for _ in range(settings.warmup):
+            side.run()
+    seconds: dict[str, list[float]] = {s.name: [] for s in case.sides}
+    for _ in range(settings.rounds):
+        for side in case.sides:  # A B A B ...
+            seconds[side.name].append(timed(side.run, device, settings.clock))
+    memory = {s.name: peak_memory(s.run, device) for s in case.sides}
+
+    sides = {}
+    for s in case.sides:
+        median = statistics.median(seconds[s.name])
+        sides[s.name] = {"seconds": seconds[s.name], "median_s": median, "throughput": case.units / median,
+                         "mfu": flops / median / settings.peak_flops, "peak_memory_bytes": memory[s.name]}
+    peers = {}
+    for s in case.sides[1:]:
+        ratios = [peer / mine for mine, peer in zip(seconds[ours.name], seconds[s.name])]
+        ratio = statistics.median(ratios)
+        check = case.checks.get(s.name, {"what": "not checked", "ok": False})
+        met = None
+        if case.target is not None:
+            mfu_ok = case.target.mfu is None or sides[ours.name]["mfu"] >= case.target.mfu
+            met = bool(ratio >= case.target.ratio and mfu_ok and check["ok"])
+        peers[s.name] = {"ratios": ratios, "ratio": ratio, "check": check, "met": met}
+    target = None if case.target is None else {"ratio": case.target.ratio, "mfu": case.target.mfu}
+    return {"case": case.name, "kind": "comparison", "what": case.what, "ours": ours.name, "unit": case.unit,
+            "units": case.units, "flops": flops, "rounds": settings.rounds, "warmup": settings.warmup,
+            "sides": sides, "peers": peers, "target": target, "extra": case.extra}
+
+
+def machine(device: torch.device = CPU) -> dict[str, Any]:
+    """The CPU (model, cores), the threads torch uses, the device, the library versions and the date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import transformers
+
+        hf_version = transformers.__version__
+    except ImportError:
+        hf_version = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": hf_version,
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+
+
+def write_result(result: dict[str, Any], out: str | Path) -> Path:
+    """``result`` as ``out/<case>.json`` (the folder is made if needed); returns the path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{result['case']}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"schema": SCHEMA, **result}, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+__all__ = [
+    "CPU",
+    "KERNELS",
+    "SCHEMA",
+    "Case",
+    "Settings",
+    "Side",
+    "Target",
+    "count_flops",
+    "machine",
+    "matmul_peak",
+    "measure",
+    "memory_bandwidth",
+    "peak_memory",
+    "synchronize",
+    "timed",
+    "write_result",
+]

@@ -1,0 +1,151 @@
+"""Data-parallel training on PyTorch's own engine: ``torch.distributed`` started by ``torchrun``.
+
+    torchrun --standalone --nproc_per_node 2 -m aiayn train --task lm        # one machine, two processes
+    torchrun --nnodes 2 --nproc_per_node 8 --rdzv_backend c10d \\
+             --rdzv_endpoint HOST:29500 --rdzv_id run1 -m aiayn train ...    # on each of two machines
+
+How a run is split, whatever the task:
+
+* Every rank builds the same model (the same seed; ``DistributedDataParallel`` also copies rank 0's
+  weights to the others when it wraps the model) and reads the same data.
+* The batches form one stream, the one a single process would read. Rank ``r`` of ``W`` takes batches
+  ``r, r + W, r + 2W, ...`` (:func:`shard`), so token-count batches are shared out whole.
+* One update consumes ``accum`` batches on every rank: ``W * accum`` batches of the stream. The gradients
+  are summed over all of them and divided by all their tokens (:func:`aiayn.training.fit`), so a run of
+  ``W`` ranks is the same update, up to float rounding, as one process with ``accum * W``.
+* Rank 0 alone writes the run folder, checkpoints, validation and logs. The training state records the
+  stream position in batches, so a run resumes under any number of ranks (``aiayn train --resume`` keeps
+  the batches per update, ``W * accum``, when the new ``W`` divides it).
+
+Backends: ``gloo`` on CPUs, ``nccl`` on CUDA GPUs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+T = TypeVar("T")
+
+
+def launched() -> bool:
+    """Started by ``torchrun`` (or anything that sets ``WORLD_SIZE`` > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def init() -> None:
+    """Join the process group ``torchrun`` describes in the environment, once; nothing for one process."""
+    if launched() and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+
+
+def shutdown() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def active() -> bool:
+    """Running with more than one process in an initialised group."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if active() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if active() else 1
+
+
+def is_main() -> bool:
+    """Rank 0, the one that writes files and prints (every process when not distributed)."""
+    return rank() == 0
+
+
+def shard(batches: Iterable[T]) -> Iterator[T]:
+    """This rank's share of a stream of batches: every ``world_size``-th one, starting at ``rank``."""
+    return itertools.islice(batches, rank(), None, world_size()) if active() else iter(batches)
+
+
+def broadcast(obj: T) -> T:
+    """Rank 0's ``obj`` on every rank (anything picklable: a tokenizer, a folder name)."""
+    if not active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if active():
+        dist.barrier()
+
+
+class DataParallel(nn.parallel.DistributedDataParallel):
+    """``DistributedDataParallel`` that lets through the wrapped model's own methods and attributes
+    (BERT's ``mlm_logits``, a config), so a loss function is written once for one process and many.
+    Gradients of parameters used outside ``forward`` (the heads) are averaged like the others, since
+    the reducer hooks every parameter's gradient."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.module, name)
+
+
+def wrap(model: nn.Module) -> nn.Module:
+    """``model`` for one process; :class:`DataParallel` around it for several. Buffers are not
+    re-broadcast every forward: no model here updates its buffers while training (DETR's batch norm
+    is frozen), so they stay equal on every rank."""
+    if not active():
+        return model
+    device = next(model.parameters()).device
+    ids = [device.index] if device.type == "cuda" else None
+    takes = inspect.signature(nn.parallel.DistributedDataParallel).parameters  # renamed in PyTorch 2.12
+    no_sync = {"forward_sync_buffers": False} if "forward_sync_buffers" in takes else {"broadcast_buffers": False}
+    return DataParallel(model, device_ids=ids, **no_sync)
+
+
+def all_sum(values: list[float]) -> list[float]:
+    """The sums over ranks of a few numbers (losses, token counts), in float64."""
+    if not active():
+        return values
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def fork_random_state() -> None:
+    """Give ranks 1.. their own dropout streams (rank 0 keeps the one a single process would have)."""
+    if active() and rank():
+        torch.manual_seed(int(torch.randint(2**62, ())) + rank())
+
+
+__all__ = [
+    "DataParallel",
+    "active",
+    "all_sum",
+    "barrier",
+    "broadcast",
+    "fork_random_state",
+    "init",
+    "is_main",
+    "launched",
+    "rank",
+    "shard",
+    "world_size",
+    "wrap",
+]

@@ -1,0 +1,229 @@
+"""The benchmark harness: its bookkeeping with fake sides and a fake clock (no timing is asserted), its FLOP and
+memory counters against numbers worked by hand, the results files and the page made from them, and every real
+case at toy sizes: it builds, and ours computes what the peer computes."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+import aiayn
+from aiayn.analysis.flops import SDPA_KERNELS, sdpa_flops
+from aiayn.benchmark import NAMES, run_bench
+from aiayn.benchmark.cases import CASES
+from aiayn.benchmark.harness import Case, Settings, Side, Target, count_flops, measure, peak_memory, write_result
+from aiayn.benchmark.report import read_results, write_report
+from aiayn.decoding import sample
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
+CPU = torch.device("cpu")
+# The real cases compare with Hugging Face models (built from configs, no downloads).
+hf = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the hf extra (transformers)")
+
+
+
+class FakeClock:
+    """Time moves only when a fake side says it worked for so many seconds."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_sides(clock, log, durations):
+    """Sides that append their name to ``log`` and advance ``clock`` by their next duration."""
+
+    def side(name, times):
+        times = iter(times)
+
+        def run():
+            log.append(name)
+            clock.now += next(times)
+
+        return Side(name, run)
+
+    return [side(name, times) for name, times in durations.items()]
+
+
+TARGET = Target(1.5, mfu=0.9)
+
+
+def fake_case(clock, log, durations, target=TARGET, checks=None, flops=20.0):
+    sides = fake_sides(clock, log, durations)
+    checks = checks if checks is not None else {s.name: {"what": "made up", "ok": True} for s in sides[1:]}
+    return Case("fake", "made-up sides", sides, units=4, unit="tokens", checks=checks, target=target, flops=flops)
+
+
+def test_sides_alternate_and_medians_ratios_throughput_and_mfu_are_right():
+    clock, log = FakeClock(), []
+    # per side: warm-up, 3 rounds, then the profiled unit
+    case = fake_case(clock, log, {"ours": [9, 3, 1, 2, 9], "peer": [9, 6, 4, 2, 9]})
+    r = measure(case, Settings(peak_flops=10.0, rounds=3, warmup=1, clock=clock))
+    assert log == ["ours", "peer"] * 5  # warm-up, A B A B A B, memory
+    ours, peer = r["sides"]["ours"], r["sides"]["peer"]
+    assert ours["seconds"] == [3, 1, 2] and peer["seconds"] == [6, 4, 2]
+    assert ours["median_s"] == 2 and peer["median_s"] == 4
+    assert ours["throughput"] == 4 / 2 and peer["throughput"] == 4 / 4
+    assert ours["mfu"] == 20 / 2 / 10 and peer["mfu"] == 20 / 4 / 10
+    assert r["peers"]["peer"]["ratios"] == [2, 4, 1]  # t_peer / t_ours, round by round
+    assert r["peers"]["peer"]["ratio"] == 2  # their median, not the ratio of the medians
+    assert r["peers"]["peer"]["met"] is True  # 2 >= 1.5 and MFU 1.0 >= 0.9
+
+
+def test_three_sides_alternate_a_b_c_and_each_peer_gets_its_own_ratio():
+    clock, log = FakeClock(), []
+    case = fake_case(clock, log, {"a": [1, 2, 2, 1], "b": [1, 4, 4, 1], "c": [1, 1, 1, 1]}, target=Target(1.5))
+    r = measure(case, Settings(peak_flops=1.0, rounds=2, warmup=1, clock=clock))
+    assert log == ["a", "b", "c"] * 4
+    assert r["peers"]["b"]["ratio"] == 2 and r["peers"]["b"]["met"] is True
+    assert r["peers"]["c"]["ratio"] == 0.5 and r["peers"]["c"]["met"] is False
+
+
+def test_a_failed_check_misses_the_target_and_no_target_is_neither_met_nor_missed():
+    clock, log = FakeClock(), []
+    case = fake_case(clock, log, {"ours": [1, 1, 1], "peer": [1, 5, 1]},
+                     checks={"peer": {"what": "logits", "ok": False}})
+    r = measure(case, Settings(peak_flops=1.0, rounds=1, clock=clock))
+    assert r["peers"]["peer"]["ratio"] == 5 and r["peers"]["peer"]["met"] is False
+    case = fake_case(clock, log, {"ours": [1, 1, 1], "peer": [1, 5, 1]}, target=None)
+    assert measure(case, Settings(peak_flops=1.0, rounds=1, clock=clock))["peers"]["peer"]["met"] is None
+    with pytest.raises(ValueError, match="distinct names"):
+        Case("x", "", [Side("a", print), Side("a", print)], 1, "tokens", {})
+    with pytest.raises(ValueError, match="rounds=0"):
+        Settings(peak_flops=1.0, rounds=0)
+
+
+def test_count_flops_counts_matmuls_and_the_cpu_attention_kernel_forward_and_backward():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert count_flops(lambda: a @ b) == 2 * 8 * 16 * 4
+    q, k, v = (torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3))  # (B, H, T, D)
+    forward = sdpa_flops(q.shape, k.shape, v.shape)
+    assert forward == 2 * (2 * 2 * 3 * 5 * 5 * 4)
+    assert count_flops(lambda: F.scaled_dot_product_attention(q, k, v)) == forward
+    # backward: scores recomputed, then dV, dP, dQ, dK: five matmuls of the same size
+    assert count_flops(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward()) == forward + 5 * forward // 2
+
+
+def test_count_flops_works_under_no_grad_with_learned_positions():
+    # FlopCounterMode's module tracker fails under no_grad on a slice of the learned position table, as decoding
+    # runs it; count_flops gives what the stock counter gives with gradients on.
+    model = aiayn.build("gpt-tiny").eval()
+    ids = torch.randint(0, 256, (2, 6))
+    with FlopCounterMode(display=False, custom_mapping=SDPA_KERNELS) as stock:
+        model(ids)
+    with torch.no_grad():
+        assert count_flops(lambda: model(ids)) == stock.get_total_flops() > 0
+    assert count_flops(lambda: sample(model, ids[:1], 3, temperature=0)) > 0
+
+
+def test_peak_memory_is_the_most_held_at_once():
+    mib = 2**20
+
+    def three_at_once():
+        x, y = torch.ones(mib // 4), torch.ones(mib // 4)  # 1 MiB each
+        return (x + y).sum()  # a third MiB while x and y live
+
+    def one_at_a_time():
+        for _ in range(3):
+            torch.ones(mib // 4).sum()
+
+    assert 3 * mib <= peak_memory(three_at_once) < 3 * mib + 4096
+    assert mib <= peak_memory(one_at_a_time) < mib + 4096
+
+
+def test_results_files_and_the_page_made_from_them(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs" / "benchmarks.md"
+    machine = {"cpu": "Test CPU", "cores": 2, "threads": 2, "device": "cpu", "python": "3", "torch": "2.13",
+               "transformers": "5", "date": "2026-01-02T03:04:05+00:00"}
+    for name, peer_times in (("fast", [9, 6, 4, 2, 9]), ("slow", [9, 1, 1, 1, 9])):
+        clock, log = FakeClock(), []
+        r = measure(fake_case(clock, log, {"aiayn": [9, 3, 1, 2, 9], "peer": peer_times}),
+                    Settings(peak_flops=10.0, rounds=3, clock=clock))
+        r.update(case=name, what=f"what {name} measures", machine=machine, matmul_peak_flops=1e11, quick=False)
+        path = write_result(r, results)
+        assert path == results / f"{name}.json" and json.loads(path.read_text())["peers"]["peer"]["ratio"] == r[
+            "peers"]["peer"]["ratio"]
+    (results / "other.json").write_text('{"not": "ours"}')  # another benchmark's file: skipped
+    write_report(results, docs)
+    page = docs.read_text()
+    assert [r["case"] for r in read_results(results)] == ["fast", "slow"]
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert len(rows) == 2
+    assert "`fast`" in rows[0] and "2.00x (1.00–4.00)" in rows[0] and "≥ 1.50x, MFU ≥ 90%" in rows[0] and "| met |" in rows[0]
+    assert "`slow`" in rows[1] and "0.50x" in rows[1] and "**missed**" in rows[1]
+    assert "2 tokens/s" in rows[0] and "100% / 50%" in rows[0]  # ours' throughput; MFU of each side
+    assert "Test CPU, 2 cores, 2 threads; torch 2.13, transformers 5; matmul peak 100 GFLOP/s" in page
+    assert "- `fast`: what fast measures." in page and "Measured 2026-01-02." in page
+    (results / "slow.json").unlink()
+    write_report(results, docs)
+    assert "`slow`" not in docs.read_text() and "`fast`" in docs.read_text()
+
+
+@hf
+@pytest.mark.parity
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_case_builds_at_toy_sizes_and_ours_computes_what_the_peer_computes(name):
+    torch.manual_seed(0)
+    case = CASES[name](True, CPU)
+    assert case.sides[0].name == "aiayn" and len(case.sides) >= 2 and case.units > 0
+    assert set(case.checks) == {s.name for s in case.sides[1:]}, "every peer is checked"
+    for peer, check in case.checks.items():
+        assert check["ok"], (peer, check)
+    r = measure(case, Settings(peak_flops=1e10, rounds=1, warmup=0))
+    assert r["flops"] > 0
+    for side in r["sides"].values():
+        assert side["peak_memory_bytes"] > 0 and side["throughput"] > 0
+
+
+@hf
+@pytest.mark.parity
+def test_the_checks_compare_what_they_say():
+    case = CASES["train-small"](True, CPU)
+    nn_check, marian_check = case.checks["torch.nn.Transformer"], case.checks["MarianMTModel"]
+    assert nn_check["max_abs_diff"] < 1e-4 and marian_check["max_abs_diff"] < 1e-4 and marian_check["same_config"]
+    greedy = CASES["decode-greedy"](True, CPU)
+    check = greedy.checks["MarianMTModel.generate"]
+    assert check["shape"] == [greedy.extra["batch"], greedy.extra["new_tokens"]]  # both ran every step
+    gpt2 = CASES["gpt2-generate"](True, CPU)
+    extra = gpt2.extra
+    assert extra["ceiling_tokens_per_s"] == pytest.approx(extra["memory_bandwidth_bytes_per_s"]
+                                                          / extra["weight_bytes_per_token"])
+    train = CASES["gpt2-train"](True, CPU).checks["GPT2LMHeadModel"]
+    assert len(train["gradients"]) == 2 and all(g["ok"] for g in train["gradients"])
+
+
+@hf
+@pytest.mark.parity
+def test_run_bench_writes_results_a_plot_and_the_page(tmp_path):
+    results, docs = tmp_path / "results", tmp_path / "docs" / "benchmarks.md"
+    out = run_bench(["decode-greedy", "scaling"], out=results, rounds=1, threads=1, quick=True, docs=docs, echo=None)
+    assert set(out) == {"decode-greedy", "scaling"}
+    assert (results / "decode-greedy.json").is_file() and (results / "scaling.png").stat().st_size > 0
+    saved = json.loads((results / "scaling.json").read_text())
+    assert saved["quick"] and saved["machine"]["threads"] == 1 and saved["matmul_peak_flops"] > 0
+    full = [p["full_flops"] for p in saved["attention"]["points"]]
+    windowed = [p["windowed_flops"] for p in saved["attention"]["points"]]
+    assert full[-1] > windowed[-1] and full[-1] / full[-2] > windowed[-1] / windowed[-2]  # T^2 against T W
+    page = docs.read_text()
+    assert "`decode-greedy` (quick)" in page and "## Scaling (quick)" in page
+    assert "![scaling](../results/scaling.png)" in page
+    with pytest.raises(ValueError, match="did you mean 'decode-beam'"):
+        run_bench(["decode-bean"], out=results, echo=None)
+    assert NAMES[-1] == "scaling" and set(NAMES[:-1]) == set(CASES)
+
+
+def test_the_command_line_runs_a_case_and_names_a_wrong_one(tmp_path, capsys):
+    from aiayn.cli import main
+
+    results, docs = tmp_path / "results", tmp_path / "benchmarks.md"
+    assert main(["bench", "vit-forward", "--quick", "--rounds", "1", "--threads", "1", "--out", str(results),
+                 "--docs", str(docs)]) == 0
+    assert (results / "vit-forward.json").is_file() and "vit-forward" in docs.read_text()
+    assert main(["bench", "vit-foward", "--quick", "--out", str(results)]) == 2
+    assert "did you mean 'vit-forward'" in capsys.readouterr().err

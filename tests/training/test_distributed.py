@@ -1,0 +1,110 @@
+"""Data-parallel training under ``torchrun`` (two ranks, gloo on the CPU) against one process.
+
+Two ranks taking one batch each per update must make the same updates as one process accumulating two
+batches, and a run must resume from its checkpoint under either number of processes. The comparisons
+are of the final weights, to 1e-6.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from aiayn.cli import main
+from aiayn.data.synthetic import make_pairs
+from aiayn.training import distributed
+
+pytestmark = [
+    pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                       reason="needs torch.distributed with gloo"),
+    pytest.mark.usefixtures("one_thread"),  # the runs compared bit for bit sum in the same order (conftest.py)
+]
+
+
+def torchrun(args: list[str], nproc: int = 2) -> str:
+    """``torchrun --standalone --nproc_per_node nproc -m aiayn ARGS``; its standard output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "aiayn",
+           *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "model.safetensors")
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    worst = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    assert worst < 1e-6, f"weights of {a.name} and {b.name} differ by up to {worst:.2e}"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    file = tmp_path_factory.mktemp("corpus") / "dates.txt"
+    file.write_text("".join(f"{s} = {t}\n" for s, t in make_pairs("dates", 600, 0, seed=3)[0]))
+    return file
+
+
+def lm_args(corpus: Path, out: Path, name: str, steps: int, accum: int) -> list[str]:
+    return ["train", "--task", "lm", "--data", str(corpus), "--tokenizer", "char", "--batch-size", "4", "--block",
+            "32", "--lr", "1e-2", "--warmup", "2", "--steps", str(steps), "--accum", str(accum), "--eval-every", "0",
+            "--save-every", "2", "--no-progress", "--out", str(out), "--name", name]
+
+
+@pytest.fixture(scope="module")
+def single(corpus, tmp_path_factory) -> Path:
+    """One process, 2 batches per update, 4 updates."""
+    out, threads = tmp_path_factory.mktemp("single"), torch.get_num_threads()
+    torch.set_num_threads(1)
+    assert main(lm_args(corpus, out, "one", steps=4, accum=2)) == 0
+    torch.set_num_threads(threads)
+    return out / "one"
+
+
+def test_two_ranks_equal_one_process_on_the_same_global_batch(corpus, single, tmp_path):
+    stdout = torchrun(lm_args(corpus, tmp_path, "two", steps=4, accum=1))
+    assert_same_weights(single, tmp_path / "two")
+    assert os.listdir(tmp_path) == ["two"], "rank 1 made a run folder of its own"
+    assert stdout.count("data lm-dates:") == 1, "a rank other than 0 printed"
+    one = (single / "history.csv").read_text().splitlines()
+    two = (tmp_path / "two" / "history.csv").read_text().splitlines()
+    loss = [float(line.split(",")[1]) for line in one[1:]], [float(line.split(",")[1]) for line in two[1:]]
+    assert loss[0] == pytest.approx(loss[1], abs=1e-5)  # every update's loss is over both ranks' batches
+    assert loss[0][-1] < loss[0][0] - 0.5  # it trained: equal weights are not two untouched models
+
+
+def test_a_two_rank_run_resumes_in_one_process_and_the_other_way(corpus, single, tmp_path):
+    torchrun(lm_args(corpus, tmp_path, "from-two", steps=2, accum=1))
+    assert main(["train", "--resume", str(tmp_path / "from-two"), "--steps", "4", "--no-progress"]) == 0
+    assert_same_weights(single, tmp_path / "from-two")  # one process took 2 batches per update, as the 2 ranks did
+
+    assert main(lm_args(corpus, tmp_path, "from-one", steps=2, accum=2)) == 0
+    torchrun(["train", "--resume", str(tmp_path / "from-one"), "--steps", "4", "--no-progress"])
+    assert_same_weights(single, tmp_path / "from-one")
+
+
+def test_token_count_batches_are_shared_out_whole(tmp_path):
+    """Translation batches hold a varying number of tokens; the update divides by all of them."""
+    args = ["train", "--steps", "3", "--max-tokens", "256", "--n-test", "8", "--dropout", "0", "--eval-every", "0",
+            "--no-progress", "--out", str(tmp_path)]
+    assert main([*args, "--accum", "2", "--name", "one"]) == 0
+    torchrun([*args, "--accum", "1", "--name", "two"])
+    assert_same_weights(tmp_path / "one", tmp_path / "two")
+
+
+def test_one_process_is_not_distributed():
+    assert not distributed.active() and distributed.world_size() == 1 and distributed.is_main()
+    assert list(distributed.shard(iter(range(5)))) == [0, 1, 2, 3, 4]
+    assert distributed.broadcast({"a": 1}) == {"a": 1}
+    assert distributed.all_sum([1.0, 2.0]) == [1.0, 2.0]
