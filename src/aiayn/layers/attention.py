@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.layers.linear import Linear, linear
 from aiayn.layers.masks import causal_mask, combine
 
 _recorders: list[dict[str, list[Tensor]]] = []
@@ -105,8 +106,8 @@ class MultiHeadAttention(nn.Module):
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.in_proj = Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -114,7 +115,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: Tensor, rows: slice) -> Tensor:
         """``x`` ``(B, T, C)`` through the rows ``rows`` of ``in_proj`` (q: ``[:C]``, k: ``[C:2C]``, v: ``[2C:]``)."""
-        return F.linear(x, self.in_proj.weight[rows], None if self.in_proj.bias is None else self.in_proj.bias[rows])
+        return linear(x, self.in_proj.weight[rows], None if self.in_proj.bias is None else self.in_proj.bias[rows])
 
     def project_kv(self, memory: Tensor, memory_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``; ``memory_pos`` ``(B, S, C)``, if

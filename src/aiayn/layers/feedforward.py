@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.layers.linear import Linear
+
 ACTIVATIONS = {
     "relu": F.relu,  # the paper
     "gelu": F.gelu,  # BERT, ViT, Swin (erf form)
@@ -24,8 +26,8 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation={activation!r} must be one of {sorted(ACTIVATIONS)}")
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.fc2 = nn.Linear(d_ff, d_model)
+        self.fc1 = Linear(d_model, d_ff)
+        self.fc2 = Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from aiayn.layers import DecoderBlock, DecoderCache, Embedding, Stack, causal_mask, combine
 from aiayn.layers.feedforward import ACTIVATIONS
+from aiayn.layers.linear import Linear
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 
 
@@ -102,7 +103,7 @@ class GPT(nn.Module):
              for _ in range(cfg.n_layers)],
             cfg.d_model, final_norm=True, eps=cfg.layer_norm_eps,
         )
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
         if cfg.tie_output:
             self.lm_head.weight = self.embed.tokens.weight

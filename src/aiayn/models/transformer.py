@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, Stack, padding_mask
 from aiayn.layers.embedding import POSITIONAL
 from aiayn.layers.feedforward import ACTIVATIONS
+from aiayn.layers.linear import Linear
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 
 
@@ -113,7 +114,7 @@ class Transformer(nn.Module):
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
         self.decoder = Stack([DecoderBlock(**block) for _ in range(cfg.n_decoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
-        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)  # 3.4: linear, softmax
+        self.generator = Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)  # 3.4: linear, softmax
         self._init_weights()
         if cfg.tie_output:
             self.generator.weight = self.tgt_embed.tokens.weight
