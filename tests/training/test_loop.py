@@ -53,3 +53,19 @@ def test_callback_runs_every_n_steps_and_at_the_end():
                   every=3, callback=lambda step, h: seen.append((step, len(h))))
     assert seen == [(3, 3), (6, 6), (7, 7)]
     assert [r["step"] for r in history] == list(range(1, 8)) and history[-1]["loss"] < history[0]["loss"]
+
+
+@pytest.mark.slow
+def test_compiled_training_makes_the_updates_eager_training_makes():
+    """``fit(compile=True)`` trains through ``torch.compile`` (about a minute of compiling on a small CPU)."""
+    batches = [collate([([5, 6, 7, 2], [4, 5, 6]), ([8, 9, 2], [9, 3])], 0, 1, 2)] * 3
+    trained = []
+    for compile_ in (False, True):
+        torch.manual_seed(0)
+        model = aiayn.build("transformer-tiny", src_vocab_size=16, tgt_vocab_size=16, d_model=32, dropout=0.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        history = fit(model, iter(batches), 3, opt, loss_fn, progress=False, compile=compile_)
+        trained.append(([r["loss"] for r in history], model.state_dict()))
+    assert trained[0][0] == pytest.approx(trained[1][0], abs=1e-5) and trained[0][0][-1] < trained[0][0][0]
+    for name, p in trained[0][1].items():
+        torch.testing.assert_close(p, trained[1][1][name], atol=1e-5, rtol=1e-5, msg=name)

@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run in DIR where it stopped, with its own arguments (--steps may extend it)")
     t.add_argument("--bf16", action="store_true", help="bf16 autocast (slow on CPUs without bf16 units)")
+    t.add_argument("--compile", action="store_true", help="translation, lm: train through torch.compile (an option "
+                                                          "to measure; on a small CPU it did not pay)")
     t.add_argument("--beam", type=int, default=1, help="beam size of the final evaluation (1 = greedy)")
     t.add_argument("--warmup", type=int, default=None,
                    help="warm-up steps of the schedule (translation 200, section 5.3; image 50; detect 200)")
@@ -247,14 +249,16 @@ def main(argv: list[str] | None = None) -> int:
                 train_lm(data=args.data[0] if args.data else None, tokenizer=args.tokenizer,
                          vocab_size=args.vocab_size or 4000, preset=args.preset or "gpt-tiny", steps=args.steps or 1500,
                          block=args.block, batch_size=args.batch_size or 16, lr=args.lr or 3e-3,
-                         eval_every=200 if args.eval_every is None else args.eval_every, bf16=args.bf16, **common,
+                         eval_every=200 if args.eval_every is None else args.eval_every, bf16=args.bf16,
+                         compile=args.compile, **common,
                          **dropout)
                 return 0
             n_test = args.n_test or (1000 if args.data and args.data != ["multi30k"] else 500)
             train(task=args.task, data=args.data, data_dir=args.data_dir, src_lang=args.src_lang,
                   tgt_lang=args.tgt_lang, tokenizer=args.tokenizer, vocab_size=args.vocab_size or 8000,
                   preset=args.preset or "transformer-tiny", steps=args.steps or 1000, max_tokens=args.max_tokens,
-                  eval_every=args.eval_every or 0, bf16=args.bf16, beam=args.beam, warmup=args.warmup or 200,
+                  eval_every=args.eval_every or 0, bf16=args.bf16, compile=args.compile, beam=args.beam,
+                  warmup=args.warmup or 200,
                   lr_factor=args.lr_factor, n_test=n_test, **common, **dropout)
         elif args.command == "translate":
             from aiayn.cli.train import translate

@@ -65,6 +65,7 @@ def train_lm(
     eval_blocks: int = 128,
     save_every: int = 500,
     bf16: bool = False,
+    compile: bool = False,
     n_train: int = 30_000,
     n_test: int = 300,
     seed: int = 0,
@@ -156,7 +157,8 @@ def train_lm(
         history = fit(model, lm_batches(train_ids, block, batch_size, seed, start=state.position), steps, optimizer,
                       loss_fn, scheduler, clip=clip, accum=accum, progress=progress, desc=f"train {run_name}",
                       every=eval_every, callback=validate, start=done, history=history, save=state.save,
-                      save_every=save_every, autocast="bf16" if bf16 else None)
+                      save_every=save_every, autocast="bf16" if bf16 else None,
+                      compile=compile)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
     finally:

@@ -122,6 +122,7 @@ def train(
     eval_every: int = 0,
     save_every: int = 500,
     bf16: bool = False,
+    compile: bool = False,
     beam: int = 1,
     n_train: int = 50_000,
     n_test: int = 500,
@@ -151,6 +152,7 @@ def train(
         save_every: write ``train_state.safetensors`` (weights, optimizer, schedule, data position,
             random state) every this many updates, at the end, and on Ctrl-C or SIGTERM.
         bf16: forward and loss under bf16 autocast (slow on CPUs without bf16 units).
+        compile: train through ``torch.compile`` (see :func:`aiayn.training.fit`).
         resume: a run folder to continue (use :func:`resume_training`, which reads its arguments).
         beam: beam size for the final evaluation (1 = greedy).
         overrides: config fields of the preset (``d_model=256``, ``dropout=0.0``, ...).
@@ -218,7 +220,8 @@ def train(
     try:
         history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
                       desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
-                      save=state.save, save_every=save_every, autocast="bf16" if bf16 else None)
+                      save=state.save, save_every=save_every, autocast="bf16" if bf16 else None,
+                      compile=compile)
     except KeyboardInterrupt as e:
         raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
     finally:

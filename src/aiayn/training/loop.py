@@ -71,6 +71,7 @@ def fit(
     save: Callable[[int, list[dict[str, float]]], None] | None = None,
     save_every: int = 0,
     autocast: str | None = None,
+    compile: bool = False,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``steps`` updates on ``batches``.
 
@@ -88,6 +89,8 @@ def fit(
             (rank 0 only).
         autocast: ``"bf16"`` runs forward and loss under ``torch.autocast`` (bf16 needs no loss
             scaling); ``None`` is full fp32. On CPUs without bf16 units it is far slower; measure first.
+        compile: train through ``torch.compile(model)`` (the first updates wait for the compiler; on this
+            project's 2-core CPU it did not pay, so it is an option, not the default).
 
     Returns:
         One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``.
@@ -106,6 +109,8 @@ def fit(
     history = list(history or [])
     params = [p for p in model.parameters() if p.requires_grad]
     engine, batches, main = distributed.wrap(model), distributed.shard(batches), distributed.is_main()
+    if compile:
+        engine = torch.compile(engine)  # methods and attributes still reach the model (BERT's heads)
     distributed.fork_random_state()
     if not main:
         progress, callback, save = False, None, None
