@@ -29,7 +29,7 @@ from aiayn.data import BPETokenizer, collate, load_tokenizer
 from aiayn.data.noising import NOISES, corrupt
 from aiayn.decoding import greedy
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, distributed, fit, label_smoothed_loss
+from aiayn.training import adamw_cosine, distributed, label_smoothed_loss
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -150,7 +150,8 @@ def train_denoise(
     run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay=0.01, betas=(0.9, 0.98))
     state = Run(run, model, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
+    if resume is not None:
+        state.restore()
 
     def loss_fn(model, batch):
         src, tgt_in, tgt_out = batch
@@ -171,15 +172,9 @@ def train_denoise(
         state.record({"step": step, "val_loss": loss / n, "val_nll": nll / n})
         say(f"\n  step {step}: validation loss {loss / n:.3f}")
 
-    try:
-        train_batches = batches(train_docs, batch_size, cfg, tok.mask_id, noise, ratio, seed, start=state.position)
-        history = fit(model, train_batches, steps, optimizer, loss_fn, scheduler, accum=accum, clip=1.0,
-                      progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate, start=done,
-                      history=history, save=state.save, save_every=save_every)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    train_batches = batches(train_docs, batch_size, cfg, tok.mask_id, noise, ratio, seed, start=state.position)
+    history = state.fit(train_batches, steps, loss_fn, clip=1.0, progress=progress, desc=f"train {run_name}",
+                        every=eval_every, callback=validate, save_every=save_every)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)

@@ -31,7 +31,7 @@ from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.postprocess import postprocess
-from aiayn.training import distributed, fit, warmup_cosine
+from aiayn.training import distributed, warmup_cosine
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -162,7 +162,8 @@ def train_detr(
     run = open_run(out, name or run_name, args, resume, {"classes.json": classes})
     optimizer, scheduler = optimizer_for(model, lr, lr_backbone, weight_decay, steps, warmup)
     state = Run(run, model, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
+    if resume is not None:
+        state.restore()
     criterion = SetCriterion(cfg.num_classes, eos_coef=eos_coef)
     if data is None:
         batches = shape_batches(batch_size, seed, image_size, max_objects, start=state.position)
@@ -181,14 +182,8 @@ def train_detr(
         say(f"\n  step {step}: validation loss {record['val_loss']:.3f}, mAP@0.5 {record['map50']:.3f}, "
             f"mAP@[.5:.95] {record['map']:.3f}")
 
-    try:
-        history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, clip=clip, progress=progress,
-                      desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
-                      save=state.save, save_every=save_every)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    history = state.fit(batches, steps, loss_fn, clip=clip, progress=progress, desc=f"train {run_name}",
+                        every=eval_every, callback=validate, save_every=save_every)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)

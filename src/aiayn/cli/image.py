@@ -30,7 +30,7 @@ from aiayn.cli.runs import Run, open_run
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, distributed, fit
+from aiayn.training import adamw_cosine, distributed
 from aiayn.viz.confusion import plot_confusion
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
@@ -158,7 +158,8 @@ def train_image(
     run = open_run(out, name or run_name, args, resume)
     optimizer, scheduler = adamw_cosine(net, lr, steps, warmup, weight_decay=weight_decay, betas=(0.9, 0.999))
     state = Run(run, net, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
+    if resume is not None:
+        state.restore()
 
     def validate(step: int, history: list[dict[str, float]]) -> None:
         logits = predict(net, test[0])
@@ -167,15 +168,9 @@ def train_image(
         state.record(record)
         say(f"\n  step {step}: held-out loss {record['val_loss']:.3f}, accuracy {record['accuracy']:.1%}")
 
-    try:
-        history = fit(net, batches(train, batch_size, shift, seed, start=state.position), steps, optimizer,
-                      classification_loss(label_smoothing), scheduler, accum=accum, progress=progress,
-                      desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
-                      save=state.save, save_every=save_every)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    history = state.fit(batches(train, batch_size, shift, seed, start=state.position), steps,
+                        classification_loss(label_smoothing), progress=progress, desc=f"train {run_name}",
+                        every=eval_every, callback=validate, save_every=save_every)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(net, run)

@@ -25,7 +25,7 @@ from aiayn.cli.runs import Run, open_run
 from aiayn.data import BPETokenizer, CharTokenizer, lm_batches, lm_blocks, load_tokenizer, make_pairs
 from aiayn.decoding import sample, stream
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, distributed, fit
+from aiayn.training import adamw_cosine, distributed
 
 
 def date_lines(n: int, seed: int) -> list[str]:
@@ -136,7 +136,8 @@ def train_lm(
     run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay)
     state = Run(run, model, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
+    if resume is not None:
+        state.restore()
     val_batches = lm_blocks(val_ids, block, batch_size, eval_blocks)
 
     def loss_fn(model, batch):
@@ -153,16 +154,9 @@ def train_lm(
         state.record({"step": step, "val_loss": loss, "perplexity": math.exp(loss)})
         say(f"\n  step {step}: validation loss {loss:.3f}, perplexity {math.exp(loss):.2f}")
 
-    try:
-        history = fit(model, lm_batches(train_ids, block, batch_size, seed, start=state.position), steps, optimizer,
-                      loss_fn, scheduler, clip=clip, accum=accum, progress=progress, desc=f"train {run_name}",
-                      every=eval_every, callback=validate, start=done, history=history, save=state.save,
-                      save_every=save_every, autocast="bf16" if bf16 else None,
-                      compile=compile)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    history = state.fit(lm_batches(train_ids, block, batch_size, seed, start=state.position), steps, loss_fn,
+                        clip=clip, progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate,
+                        save_every=save_every, autocast="bf16" if bf16 else None, compile=compile)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)

@@ -28,7 +28,7 @@ from aiayn.data import make_pairs
 from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, distributed, fit
+from aiayn.training import adamw_cosine, distributed
 
 Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next label
 
@@ -160,7 +160,8 @@ def train_mlm(
     run = open_run(out, name or run_name, args, resume, {"tokenizer.json": tok})
     optimizer, scheduler = adamw_cosine(model, lr, steps, warmup, weight_decay=0.01, betas=(0.9, 0.999))
     state = Run(run, model, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
+    if resume is not None:
+        state.restore()
 
     def losses(model, batch):
         inputs, segments, mask, labels, nsp = batch
@@ -195,15 +196,9 @@ def train_mlm(
         say(f"\n  step {step}: masked-token loss {record['val_loss']:.3f}, accuracy {record['mlm_accuracy']:.1%}; "
             f"next-sentence accuracy {record['nsp_accuracy']:.1%}")
 
-    try:
-        history = fit(model, batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=state.position), steps,
-                      optimizer, loss_fn, scheduler, accum=accum, progress=progress, desc=f"train {run_name}",
-                      every=eval_every, callback=validate, start=done, history=history, save=state.save,
-                      save_every=save_every)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    history = state.fit(batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=state.position), steps,
+                        loss_fn, progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate,
+                        save_every=save_every)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)

@@ -23,7 +23,7 @@ from torch import nn
 
 import aiayn
 from aiayn.io import write_json, write_text
-from aiayn.training import distributed, load_train_state, save_train_state
+from aiayn.training import distributed, fit, load_train_state, save_train_state
 
 
 def new_run_dir(out: str | os.PathLike, name: str) -> Path:
@@ -131,6 +131,7 @@ class Run:
         self.validation: list[dict[str, float]] = []
         self.position = 0
         self._restored = (0, 0)  # (step, position) the run started from
+        self._history: list[dict[str, float]] = []
         self.per_update = accum * distributed.world_size()  # batches of the stream per update
         if distributed.is_main():
             lock(folder)
@@ -147,7 +148,22 @@ class Run:
         self.validation = state["extra"]["validation"]
         self.position = state["batches"]
         self._restored = (state["step"], state["batches"])
-        return state["step"], state["extra"]["history"]
+        self._history = state["extra"]["history"]
+        return state["step"], self._history
+
+    def fit(self, batches, steps: int, loss_fn, **options: Any) -> list[dict[str, float]]:
+        """:func:`aiayn.training.fit` of this run's model, optimizer and schedule, from where :meth:`restore`
+        left it (or the start), saving into the folder; the folder is unlocked when training ends, and a
+        Ctrl-C says how to resume. ``options``: the rest of ``fit``'s arguments (``callback``, ``clip``, ...).
+        """
+        try:
+            return fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler, accum=self.accum,
+                       start=self._restored[0], history=self._history, save=self.save, **options)
+        except KeyboardInterrupt as e:
+            raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {self.folder}`"
+                                    ) from None
+        finally:
+            self.unlock()
 
     def save(self, step: int, history: list[dict[str, float]]) -> None:
         """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; rank 0)."""

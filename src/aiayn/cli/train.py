@@ -34,7 +34,7 @@ from aiayn.data import (
 from aiayn.decoding import beam_search, greedy
 from aiayn.io import write_json
 from aiayn.layers import record_attention
-from aiayn.training import distributed, fit, label_smoothed_loss, noam_optimizer, train_state_info
+from aiayn.training import distributed, label_smoothed_loss, noam_optimizer, train_state_info
 
 Pairs = list[tuple[str, str]]
 
@@ -211,21 +211,14 @@ def train(
 
     optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup, lr_factor)
     state = Run(run, model, optimizer, scheduler, accum)
-    done, history = state.restore() if resume is not None else (0, [])
     if resume is not None:
+        done, _ = state.restore()
         say(f"resuming {run} after update {done} of {steps}")
 
     batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), max_tokens, cfg.pad_id, cfg.bos_id,
                             cfg.eos_id, seed, start=state.position)
-    try:
-        history = fit(model, batches, steps, optimizer, loss_fn, scheduler, accum=accum, progress=progress,
-                      desc=f"train {run_name}", every=eval_every, callback=validate, start=done, history=history,
-                      save=state.save, save_every=save_every, autocast="bf16" if bf16 else None,
-                      compile=compile)
-    except KeyboardInterrupt as e:
-        raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {run}`") from None
-    finally:
-        state.unlock()
+    history = state.fit(batches, steps, loss_fn, progress=progress, desc=f"train {run_name}", every=eval_every,
+                        callback=validate, save_every=save_every, autocast="bf16" if bf16 else None, compile=compile)
     if not distributed.is_main():  # rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)
