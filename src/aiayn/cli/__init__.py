@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--bf16", action="store_true", help="bf16 autocast (slow on CPUs without bf16 units)")
     t.add_argument("--compile", action="store_true", help="translation, lm: train through torch.compile (an option "
                                                           "to measure; on a small CPU it did not pay)")
+    t.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard weights, gradients and optimizer state over the ranks (FSDP) "
+                        "instead of copying the model to each")
     t.add_argument("--beam", type=int, default=1, help="beam size of the final evaluation (1 = greedy)")
     t.add_argument("--warmup", type=int, default=None,
                    help="warm-up steps of the schedule (translation 200, section 5.3; image 50; detect 200)")
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.cli.train import resume_training, train
             from aiayn.training import distributed
 
-            distributed.init()  # under torchrun: join the other ranks
+            distributed.init(fsdp=args.fsdp)  # under torchrun: join the other ranks
             if not distributed.is_main():  # rank 0 alone prints
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
 

@@ -175,7 +175,8 @@ def train_denoise(
     train_batches = batches(train_docs, batch_size, cfg, tok.mask_id, noise, ratio, seed, start=state.position)
     history = state.fit(train_batches, steps, loss_fn, clip=1.0, progress=progress, desc=f"train {run_name}",
                         every=eval_every, callback=validate, save_every=save_every)
-    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+    model = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)
 

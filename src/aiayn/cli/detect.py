@@ -31,7 +31,7 @@ from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.postprocess import postprocess
-from aiayn.training import distributed, warmup_cosine
+from aiayn.training import warmup_cosine
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -184,7 +184,8 @@ def train_detr(
 
     history = state.fit(batches, steps, loss_fn, clip=clip, progress=progress, desc=f"train {run_name}",
                         every=eval_every, callback=validate, save_every=save_every)
-    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+    model = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)
     last = state.validation[-1]

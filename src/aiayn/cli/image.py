@@ -30,7 +30,7 @@ from aiayn.cli.runs import Run, open_run
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.io import write_json
-from aiayn.training import adamw_cosine, distributed
+from aiayn.training import adamw_cosine
 from aiayn.viz.confusion import plot_confusion
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
@@ -171,7 +171,8 @@ def train_image(
     history = state.fit(batches(train, batch_size, shift, seed, start=state.position), steps,
                         classification_loss(label_smoothing), progress=progress, desc=f"train {run_name}",
                         every=eval_every, callback=validate, save_every=save_every)
-    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+    net = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if net is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(net, run)
     matrix = confusion_matrix(predict(net, test[0]).argmax(-1), test[1], num_classes)

@@ -199,7 +199,8 @@ def train_mlm(
     history = state.fit(batches(train_ex, batch_size, tok, cfg.vocab_size, seed, start=state.position), steps,
                         loss_fn, progress=progress, desc=f"train {run_name}", every=eval_every, callback=validate,
                         save_every=save_every)
-    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+    model = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)
     last = state.validation[-1]

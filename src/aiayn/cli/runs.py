@@ -24,6 +24,7 @@ from torch import nn
 import aiayn
 from aiayn.io import write_json, write_text
 from aiayn.training import distributed, fit, load_train_state, save_train_state
+from aiayn.training.checkpoint import from_tensors, unique_tensors
 
 
 def new_run_dir(out: str | os.PathLike, name: str) -> Path:
@@ -115,7 +116,9 @@ def _alive(pid: int) -> bool:
 class Run:
     """The training side of a run folder: saving and restoring the state, keeping the best weights.
 
-    Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it.
+    Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it. With
+    FSDP (:func:`aiayn.training.distributed.init` with ``fsdp=True``), the model is sharded over the ranks
+    here, and the optimizer built on the whole model is pointed at the shards.
 
     Args:
         folder: the run folder.
@@ -135,6 +138,8 @@ class Run:
         self.per_update = accum * distributed.world_size()  # batches of the stream per update
         if distributed.is_main():
             lock(folder)
+        if distributed.sharding():
+            distributed.shard_model(model, optimizer)
 
     def unlock(self) -> None:
         """Free the folder once training is over, so that this same process (a notebook) or another can
@@ -166,16 +171,31 @@ class Run:
             self.unlock()
 
     def save(self, step: int, history: list[dict[str, float]]) -> None:
-        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; rank 0)."""
+        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; every rank takes part,
+        rank 0 writes)."""
         done, position = self._restored
         save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step,
                          position + (step - done) * self.per_update,
                          {"history": history, "validation": self.validation, "batches_per_update": self.per_update})
-        write_text(self.folder / "history.csv", to_csv(history))
+        if distributed.is_main():
+            write_text(self.folder / "history.csv", to_csv(history))
 
     def record(self, record: dict[str, float]) -> None:
-        """Add a validation record; keep ``best.safetensors`` when its ``val_loss`` is the lowest yet."""
+        """Add a validation record; keep ``best.safetensors`` when its ``val_loss`` is the lowest yet (every
+        rank takes part, rank 0 writes)."""
         if not self.validation or record["val_loss"] < min(e["val_loss"] for e in self.validation):
             aiayn.save(self.model, self.folder / "best.safetensors")
         self.validation.append(record)
-        write_json(self.folder / "validation.json", self.validation)
+        if distributed.is_main():
+            write_json(self.folder / "validation.json", self.validation)
+
+    def trained_model(self) -> nn.Module | None:
+        """After :meth:`fit`, on rank 0: the whole model, to evaluate and save (under FSDP a copy gathered
+        from the shards, which takes every rank); on other ranks ``None``."""
+        if distributed.is_sharded(self.model):
+            tensors = unique_tensors(self.model)
+            device = next(self.model.parameters()).device
+            whole = from_tensors(self.model.cfg, tensors).to(device).eval() if distributed.is_main() else None
+        else:
+            whole = self.model
+        return whole if distributed.is_main() else None

@@ -219,7 +219,8 @@ def train(
                             cfg.eos_id, seed, start=state.position)
     history = state.fit(batches, steps, loss_fn, progress=progress, desc=f"train {run_name}", every=eval_every,
                         callback=validate, save_every=save_every, autocast="bf16" if bf16 else None, compile=compile)
-    if not distributed.is_main():  # rank 0 evaluates and writes the rest
+    model = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": run, "history": history}
     aiayn.save(model, run)
 

@@ -12,12 +12,12 @@ import json
 import os
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from aiayn.io import atomic_write, check_digest, digest
+from aiayn.training import distributed
 
 WEIGHTS = "model.safetensors"
 
@@ -28,24 +28,35 @@ def weights_path(path: str | os.PathLike) -> Path:
     return path if path.suffix == ".safetensors" and not path.is_dir() else path / WEIGHTS
 
 
-def unique_tensors(model: nn.Module) -> dict[str, Tensor]:
-    """The state dict with each storage once: a tied weight under its first name only."""
-    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
-    out = {}
-    for name, t in model.state_dict().items():
-        key = (t.data_ptr(), t.dtype, tuple(t.shape))
-        if key not in seen:
-            seen.add(key)
-            out[name] = t.detach().contiguous()
-    return out
+def tied_names(model: nn.Module) -> set[str]:
+    """The second and later names of weights shared by several modules (an embedding tied to a head)."""
+    first = {name for name, _ in model.named_parameters()}
+    return {name for name, _ in model.named_parameters(remove_duplicate=False)} - first
+
+
+def unique_tensors(model: nn.Module, whole: bool = True) -> dict[str, Tensor]:
+    """The state dict with each weight once: a tied weight under its first name only.
+
+    A model sharded by FSDP gives whole tensors, gathered from every rank (all of them must call this);
+    ``whole=False`` gives its shards as they are (their ``shape`` is still the whole one).
+    """
+    tied = tied_names(model)
+    gather = distributed.full if whole else (lambda t: t)
+    return {name: gather(t.detach()).contiguous() for name, t in model.state_dict().items() if name not in tied}
 
 
 def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
     """Save ``model``'s weights and config to ``path`` (a ``.safetensors`` file, or a folder that gets
-    ``model.safetensors``), atomically. Tied weights are stored once."""
+    ``model.safetensors``), atomically. Tied weights are stored once.
+
+    Under ``torchrun``, rank 0 writes; a model sharded by FSDP is gathered first, so then every rank
+    must call it.
+    """
     from aiayn.models import config_to_dict
 
     tensors = unique_tensors(model)
+    if not distributed.is_main():
+        return weights_path(path)
     meta = {"format": "pt", "aiayn_config": json.dumps(config_to_dict(model.cfg)), "aiayn_sha256": digest(tensors),
             **(metadata or {})}
     return atomic_write(weights_path(path), lambda tmp: save_file(tensors, tmp, metadata=meta))
@@ -59,7 +70,7 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
         ValueError: the file is truncated or corrupted (its digest does not match), or its tensors do
             not fit its config (the keys are named).
     """
-    from aiayn.models import build, config_from_dict
+    from aiayn.models import config_from_dict
 
     file = weights_path(path)
     if not file.is_file():
@@ -73,7 +84,18 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
     if "aiayn_config" not in meta:
         raise ValueError(f"{file} holds no aiayn config in its metadata; was it written by aiayn.save?")
     check_digest(file, tensors, meta.get("aiayn_sha256"))
-    model = build(config_from_dict(json.loads(meta["aiayn_config"])))
+    return from_tensors(config_from_dict(json.loads(meta["aiayn_config"])), tensors, str(file)).to(device)
+
+
+def from_tensors(cfg, tensors: dict[str, Tensor], source: str = "the tensors") -> nn.Module:
+    """The model ``cfg`` describes, with ``tensors`` (as :func:`unique_tensors` gives them) as its weights.
+
+    Raises:
+        ValueError: the tensors do not fit the config (missing, unexpected and misshapen keys named).
+    """
+    from aiayn.models import build
+
+    model = build(cfg)
     expected = model.state_dict()
     unexpected = sorted(set(tensors) - set(expected))
     wrong = [f"{k}: {tuple(tensors[k].shape)}, wanted {tuple(expected[k].shape)}" for k in tensors
@@ -81,7 +103,7 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
     loaded = {expected[k].data_ptr() for k in tensors if k in expected}
     missing = sorted(k for k, v in expected.items() if k not in tensors and v.data_ptr() not in loaded)  # not tied
     if missing or unexpected or wrong:
-        raise ValueError(f"{file} does not match its config: missing keys {missing}, unexpected keys {unexpected}, "
+        raise ValueError(f"{source} does not match its config: missing keys {missing}, unexpected keys {unexpected}, "
                          f"misshapen {wrong}")
     model.load_state_dict(tensors, strict=False)
-    return model.to(device)
+    return model

@@ -18,10 +18,18 @@ How a run is split, whatever the task:
   the batches per update, ``W * accum``, when the new ``W`` divides it).
 
 Backends: ``gloo`` on CPUs, ``nccl`` on CUDA GPUs.
+
+FSDP, for a model too big to keep whole on every device (``aiayn train --fsdp``, or :func:`init` with
+``fsdp=True``): PyTorch's ``fully_shard`` (FSDP2) splits every weight, gradient and optimizer state
+over the ranks, and gathers a block's weights only while that block computes (:func:`shard_model`).
+The batches, the update and the stream position are those of data parallelism above, so the same run
+may go on under DDP, FSDP or one process. What must see whole tensors takes every rank: a
+checkpoint gathers the shards (:func:`full`) and rank 0 writes it; validation runs on every rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import os
@@ -33,6 +41,7 @@ import torch.distributed as dist
 from torch import nn
 
 T = TypeVar("T")
+_FSDP = False  # shard models over the ranks (init(fsdp=True)) instead of copying them
 
 
 def launched() -> bool:
@@ -40,8 +49,11 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init() -> None:
-    """Join the process group ``torchrun`` describes in the environment, once; nothing for one process."""
+def init(fsdp: bool = False) -> None:
+    """Join the process group ``torchrun`` describes in the environment, once; nothing for one process.
+    ``fsdp``: models given to :class:`aiayn.cli.runs.Run` are sharded over the ranks (:func:`shard_model`)."""
+    global _FSDP
+    _FSDP = fsdp
     if launched() and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
@@ -105,11 +117,86 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             return getattr(self.module, name)
 
 
+def sharding() -> bool:
+    """Models are to be sharded over several ranks (FSDP) rather than copied (DDP)."""
+    return _FSDP and active()
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """``model`` is split over the ranks by ``fully_shard``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def shard_model(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> nn.Module:
+    """Split ``model`` over the ranks in place with FSDP2's ``fully_shard``: each block (an element of an
+    ``nn.ModuleList`` made of layers) is its own unit, gathered only while it computes, and the rest
+    (embeddings, heads, tied weights) is the root's. ``optimizer``, if given, was built on the whole
+    model and has not stepped: it is pointed at the shards (its groups and settings are kept), so a
+    task builds its optimizer the same way under DDP and FSDP.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if optimizer is not None and optimizer.state:
+        raise ValueError("optimizer has state already; shard the model before the first update")
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups] if optimizer else []
+    device = next(model.parameters()).device.type
+    mesh = init_device_mesh(device, (world_size(),))
+    blocks = [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst
+              if any(True for _ in m.children()) and any(True for _ in m.parameters())]  # not a lone Linear
+    for block in reversed(blocks):  # the innermost first: fully_shard goes bottom-up
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    params = dict(model.named_parameters())
+    for g, group in zip(optimizer.param_groups if optimizer else [], groups):
+        g["params"] = [params[n] for n in group]
+    return model
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole of a tensor, gathered from every rank's shard if it is one (every rank must call it
+    for the same tensors, in the same order), on the CPU; any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor().cpu() if isinstance(t, DTensor) else t
+
+
+def local(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``whole`` split the way ``like`` is (this rank's shard, no communication: every rank holds
+    ``whole``); ``whole`` itself when ``like`` is no shard."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(like, DTensor):
+        return whole
+    return distribute_tensor(whole.to(like.device, like.dtype), like.device_mesh, like.placements, src_data_rank=None)
+
+
+@contextlib.contextmanager
+def accumulating(model: nn.Module) -> Iterator[None]:
+    """Inside, backward passes keep their gradients on this rank (the first batches of an update);
+    the last batch's backward, outside, reduces the sum over every rank once."""
+    model = getattr(model, "_orig_mod", model) if not hasattr(model, "no_sync") else model  # torch.compile's
+    if is_sharded(model):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    elif hasattr(model, "no_sync"):
+        with model.no_sync():
+            yield
+    else:
+        yield
+
+
 def wrap(model: nn.Module) -> nn.Module:
-    """``model`` for one process; :class:`DataParallel` around it for several. Buffers are not
+    """``model`` for one process or sharded (FSDP); :class:`DataParallel` around it for several. Buffers are not
     re-broadcast every forward: no model here updates its buffers while training (DETR's batch norm
     is frozen), so they stay equal on every rank."""
-    if not active():
+    if not active() or is_sharded(model):
         return model
     device = next(model.parameters()).device
     ids = [device.index] if device.type == "cuda" else None
@@ -136,16 +223,22 @@ def fork_random_state() -> None:
 
 __all__ = [
     "DataParallel",
+    "accumulating",
     "active",
     "all_sum",
     "barrier",
     "broadcast",
     "fork_random_state",
+    "full",
     "init",
     "is_main",
+    "is_sharded",
     "launched",
+    "local",
     "rank",
     "shard",
+    "shard_model",
+    "sharding",
     "world_size",
     "wrap",
 ]

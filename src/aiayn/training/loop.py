@@ -8,8 +8,10 @@ calls ``save`` and then raises ``KeyboardInterrupt``. A second Ctrl-C stops at o
 
 Started by ``torchrun`` (see :mod:`aiayn.training.distributed`), the same loop trains data-parallel: each
 rank takes its share of ``batches``, gradients are summed over all ranks and divided by the tokens of
-all of them, and rank 0 alone shows progress, validates and saves. A signal seen by any rank stops
-every rank after the same update.
+all of them, and rank 0 alone shows progress. ``callback`` and ``save`` run on every rank, since under
+FSDP validating and gathering a checkpoint need them all; they write through functions that let rank 0
+alone write (:func:`aiayn.save`, :func:`aiayn.training.save_train_state`). A signal seen by any rank
+stops every rank after the same update.
 """
 
 from __future__ import annotations
@@ -81,12 +83,12 @@ def fit(
         clip: maximum gradient norm, or ``None``.
         accum: batches per update (gradient accumulation).
         every, callback: ``callback(step, history)`` after every ``every``-th update and the last one
-            (validation, checkpoints; rank 0 only); the model is in training mode again after it.
+            (validation, checkpoints; on every rank); the model is in training mode again after it.
         start, history: resume after ``start`` updates, with their records (``batches`` must already
             be positioned after the batches those updates consumed).
         save: ``save(step, history)`` every ``save_every`` updates, after the last one, and when the
             run is interrupted (after finishing the update under way); it writes what resuming needs
-            (rank 0 only).
+            (called on every rank).
         autocast: ``"bf16"`` runs forward and loss under ``torch.autocast`` (bf16 needs no loss
             scaling); ``None`` is full fp32. On CPUs without bf16 units it is far slower; measure first.
         compile: train through ``torch.compile(model)`` (the first updates wait for the compiler; on this
@@ -112,8 +114,7 @@ def fit(
     if compile:
         engine = torch.compile(engine)  # methods and attributes still reach the model (BERT's heads)
     distributed.fork_random_state()
-    if not main:
-        progress, callback, save = False, None, None
+    progress = progress and main
     bar = tqdm(range(start + 1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False,
                initial=start, total=steps)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
@@ -156,8 +157,7 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     loss_total, nll_total, n_total = 0.0, 0.0, 0
     for i in range(accum):
         # several ranks: gradients are averaged over them once, after the last batch
-        sync = i == accum - 1 or not hasattr(model, "no_sync")
-        with contextlib.nullcontext() if sync else model.no_sync():
+        with contextlib.nullcontext() if i == accum - 1 else distributed.accumulating(model):
             with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss_sum, nll_sum, n = loss_fn(model, next(batches))
             loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
@@ -168,11 +168,11 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
         n_total = int(n_total)
     if not math.isfinite(loss_total):
         raise FloatingPointError(f"the loss is {loss_total} at step {step}; stopping before the update")
-    ranks = distributed.world_size()  # DDP's gradients are the mean over ranks of each rank's sum
+    ranks = distributed.world_size()  # DDP's and FSDP's gradients: the mean over ranks of each rank's sum
     for p in params:
         if p.grad is not None:
             p.grad.div_(max(n_total, 1) / ranks if ranks > 1 else max(n_total, 1))
-    norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm = distributed.full(nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
     if clip is not None:
         nn.utils.clip_grads_with_norm_(params, clip, norm)
     if not math.isfinite(norm):

@@ -11,6 +11,10 @@ One file, written atomically, so weights, optimizer and data position can never 
 crash; safetensors, so loading never runs code from the file. Resuming from it reproduces the
 uninterrupted run bit for bit on the CPU: the data order is replayed by skipping the batches
 already consumed, and the generator state is restored after the model is built.
+
+The file holds whole tensors even when training shards them over ranks (FSDP): saving gathers them
+and rank 0 writes; loading gives each rank its shard. So a run saved under FSDP resumes in one
+process, under DDP or under FSDP with another number of ranks, and the other way round.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from aiayn.io import atomic_write, check_digest, digest
+from aiayn.training import distributed
 from aiayn.training.checkpoint import unique_tensors
 
 STATE = "train_state.safetensors"
@@ -43,21 +48,28 @@ def save_train_state(
 ) -> Path:
     """Write the state after ``step`` updates and ``batches`` batches, atomically.
 
+    Under ``torchrun``, rank 0 writes; a model sharded by FSDP is gathered first, so then every rank
+    must call it.
+
     Args:
         path: a file, or a run folder that gets ``train_state.safetensors``.
         extra: JSON-serialisable data to keep with it (history, validation records).
     """
     path = Path(path)
     file = path / STATE if path.is_dir() else path
+    if not distributed.is_main() and not distributed.is_sharded(model):
+        return file
     tensors = {f"model/{k}": v for k, v in unique_tensors(model).items()}
     opt = optimizer.state_dict()
     scalars: dict[str, dict[str, Any]] = {}
     for i, entry in opt["state"].items():
         for key, value in entry.items():
             if isinstance(value, Tensor):
-                tensors[f"optim/{i}/{key}"] = value.contiguous()
+                tensors[f"optim/{i}/{key}"] = distributed.full(value).contiguous()
             else:
                 scalars.setdefault(str(i), {})[key] = value
+    if not distributed.is_main():
+        return file
     tensors["rng/torch"] = torch.get_rng_state()
     meta = {
         "step": step,
@@ -86,7 +98,8 @@ def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
 def load_train_state(
     path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and the torch generator from ``path``.
+    """Restore model, optimizer, scheduler and the torch generator from ``path``. A model sharded by FSDP
+    takes its shard of each weight (every rank reads the file).
 
     Returns:
         ``{"step", "batches", "extra"}``.
@@ -109,7 +122,7 @@ def load_train_state(
     check_digest(file, tensors, metadata.get("aiayn_sha256"))  # before anything is loaded
 
     weights = {k[len("model/"):]: v for k, v in tensors.items() if k.startswith("model/")}
-    expected = unique_tensors(model)
+    expected = unique_tensors(model, whole=False)
     missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
     wrong = [f"{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
              if k in weights and weights[k].shape != v.shape]
@@ -118,13 +131,15 @@ def load_train_state(
                          f"misshapen {wrong}")
     with torch.no_grad():
         for k, v in expected.items():
-            v.copy_(weights[k])
+            v.copy_(distributed.local(weights[k], v))
 
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # the optimizer's numbering
     state: dict[int, dict[str, Any]] = {}
     for k, v in tensors.items():
         if k.startswith("optim/"):
             _, i, key = k.split("/", 2)
-            state.setdefault(int(i), {})[key] = v
+            p = params[int(i)] if int(i) < len(params) else v  # too many: load_state_dict names the mismatch
+            state.setdefault(int(i), {})[key] = distributed.local(v, p) if v.shape == p.shape else v  # Adam's moments
     for i, entry in meta["optim_scalars"].items():
         state.setdefault(int(i), {}).update(entry)
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
