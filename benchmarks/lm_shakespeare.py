@@ -44,6 +44,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--activation", default="gelu_tanh", help="gelu_tanh (GPT-2's) or gelu (exact; faster here)")
+    p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="lm_shakespeare")
@@ -57,7 +59,8 @@ def main() -> None:
     train_ids = torch.tensor(tok.encode(text[:cut]))
     val_ids = torch.tensor(tok.encode(text[cut:]))
     model = aiayn.build("gpt-tiny", vocab_size=tok.vocab_size, max_len=args.block, d_model=args.d_model,
-                        n_layers=args.layers, n_heads=args.heads, d_ff=4 * args.d_model, dropout=args.dropout)
+                        n_layers=args.layers, n_heads=args.heads, d_ff=4 * args.d_model, dropout=args.dropout,
+                        activation=args.activation)
     print(f"{args.name}: {train_ids.numel():,} training characters, {val_ids.numel():,} held out; model "
           f"{aiayn.count_parameters(model):,} parameters; budget {args.minutes:g} minutes on {args.threads} threads")
 
@@ -85,7 +88,7 @@ def main() -> None:
                   f"validation (a quarter) {loss:.3f}", flush=True)
             marks["next"] = spent + 60 * args.minutes / 15
 
-    optimizer = torch.optim.AdamW(decay_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(decay_groups(model, 0.1), lr=args.lr, betas=(0.9, args.beta2))
     history = train_for(model, lm_batches(train_ids, args.block, args.batch_size, args.seed), optimizer, loss_fn,
                         args.minutes, args.warmup, shape="cosine", floor=0.1, on_chunk=on_chunk)
     final = val_loss(val_all)

@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.training import distributed
 
             distributed.init(fsdp=args.fsdp)  # under torchrun: join the other ranks
+            if args.fsdp and not distributed.active():
+                print("--fsdp: one process holds the whole model, so nothing is sharded (start it with torchrun)",
+                      file=sys.stderr)
             if not distributed.is_main():  # rank 0 alone prints
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
 

@@ -38,11 +38,12 @@ def unique_tensors(model: nn.Module, whole: bool = True) -> dict[str, Tensor]:
     """The state dict with each weight once: a tied weight under its first name only.
 
     A model sharded by FSDP gives whole tensors, gathered from every rank (all of them must call this);
-    ``whole=False`` gives its shards as they are (their ``shape`` is still the whole one).
+    ``whole=False`` gives the model's own tensors, shards as they are (their ``shape`` is still the whole
+    one), to load into.
     """
     tied = tied_names(model)
-    gather = distributed.full if whole else (lambda t: t)
-    return {name: gather(t.detach()).contiguous() for name, t in model.state_dict().items() if name not in tied}
+    own = {name: t.detach() for name, t in model.state_dict().items() if name not in tied}
+    return {name: distributed.full(t).contiguous() for name, t in own.items()} if whole else own
 
 
 def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
