@@ -5,9 +5,11 @@
 
 nanoGPT's CPU recipe (4 layers, 4 heads, 128 wide, 2,000 iterations) reaches a validation loss of 1.88;
 a plain nanoGPT-style script with a 0.8M-parameter model reached 1.79 / 1.60 / 1.54 at 5 / 10 / 15 minutes
-on this kind of machine. Here: AdamW (0.9, 0.95), weight decay 0.1 on matrices, warm-up then cosine decay
-to a tenth of the peak at the end of the budget (``budget.py``). Validation loss is measured on the whole
-held-out 10% at the end (on a fixed quarter of it along the way). Writes
+on this kind of machine. Here: batches of 16 blocks of 128 (16 gave 1.542 where 32 gave 1.552; dropout
+0.1, exact GELU and beta2 0.99 did not help within the budget), AdamW (0.9, 0.95), weight decay 0.1 on
+matrices, warm-up then cosine decay to a tenth of the peak at the end of the budget (``budget.py``).
+Validation loss is measured on the whole held-out 10% at the end (on a fixed quarter of it along the
+way). Writes
 ``benchmarks/results/lm_shakespeare.json``.
 """
 
@@ -40,7 +42,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--block", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--dropout", type=float, default=0.0)
