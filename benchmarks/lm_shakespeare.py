@@ -48,6 +48,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--activation", default="gelu_tanh", help="gelu_tanh (GPT-2's) or gelu (exact; faster here)")
     p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW's, on matrices only")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="lm_shakespeare")
@@ -90,7 +91,7 @@ def main() -> None:
                   f"validation (a quarter) {loss:.3f}", flush=True)
             marks["next"] = spent + 60 * args.minutes / 15
 
-    optimizer = torch.optim.AdamW(decay_groups(model, 0.1), lr=args.lr, betas=(0.9, args.beta2))
+    optimizer = torch.optim.AdamW(decay_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, args.beta2))
     history = train_for(model, lm_batches(train_ids, args.block, args.batch_size, args.seed), optimizer, loss_fn,
                         args.minutes, args.warmup, shape="cosine", floor=0.1, on_chunk=on_chunk)
     final = val_loss(val_all)

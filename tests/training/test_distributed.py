@@ -135,11 +135,13 @@ import torch
 import aiayn
 from torch.distributed.tensor import DTensor
 from aiayn.training import adamw_cosine, distributed
+from aiayn.training.checkpoint import unique_tensors
 
 distributed.init(fsdp=True)
-torch.manual_seed(0)
+torch.manual_seed(distributed.rank())  # each rank its own weights: sharding starts from rank 0's
 model = aiayn.build("{preset}")
 whole = aiayn.count_parameters(model)
+before = {{k: v.clone() for k, v in unique_tensors(model).items()}}
 optimizer, _ = adamw_cosine(model, 1e-3, 10, 2)
 decayed = {{id(p) for p in optimizer.param_groups[0]["params"]}}
 names = {{n for n, p in model.named_parameters() if id(p) in decayed}}
@@ -151,6 +153,11 @@ assert held <= 0.6 * whole, (held, whole)  # each rank holds about half of every
 assert aiayn.count_parameters(model) == whole  # counted whole
 group = optimizer.param_groups[0]["params"]
 assert {{id(p) for p in group}} == {{id(params[n]) for n in names}}  # the same groups, now of shards
+gathered = unique_tensors(model)  # for a checkpoint: rank 0 alone keeps the whole tensors
+if distributed.rank() == 0:
+    assert gathered.keys() == before.keys() and all(torch.equal(gathered[k], before[k]) for k in before)
+else:
+    assert gathered == {{}}
 print("rank", distributed.rank(), "holds", held, "of", whole)
 """
 

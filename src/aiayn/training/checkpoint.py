@@ -37,13 +37,22 @@ def tied_names(model: nn.Module) -> set[str]:
 def unique_tensors(model: nn.Module, whole: bool = True) -> dict[str, Tensor]:
     """The state dict with each weight once: a tied weight under its first name only.
 
-    A model sharded by FSDP gives whole tensors, gathered from every rank (all of them must call this);
-    ``whole=False`` gives the model's own tensors, shards as they are (their ``shape`` is still the whole
-    one), to load into.
+    A model sharded by FSDP is gathered one tensor at a time from every rank (all of them must call
+    this), and rank 0 alone keeps the whole tensors: the other ranks get an empty dict, so no process but
+    one ever holds the whole model. ``whole=False`` gives the model's own tensors, shards as they are
+    (their ``shape`` is still the whole one), to load into.
     """
     tied = tied_names(model)
     own = {name: t.detach() for name, t in model.state_dict().items() if name not in tied}
-    return {name: distributed.full(t).contiguous() for name, t in own.items()} if whole else own
+    if not whole:
+        return own
+    keep = distributed.is_main() or not distributed.is_sharded(model)
+    out = {}
+    for name, t in own.items():
+        t = distributed.full(t)
+        if keep:
+            out[name] = t.contiguous()
+    return out
 
 
 def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:

@@ -132,9 +132,11 @@ def is_sharded(model: nn.Module) -> bool:
 def shard_model(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> nn.Module:
     """Split ``model`` over the ranks in place with FSDP2's ``fully_shard``: each block (an element of an
     ``nn.ModuleList`` made of layers) is its own unit, gathered only while it computes, and the rest
-    (embeddings, heads, tied weights) is the root's. ``optimizer``, if given, was built on the whole
-    model and has not stepped: it is pointed at the shards (its groups and settings are kept), so a
-    task builds its optimizer the same way under DDP and FSDP.
+    (embeddings, heads, tied weights) is the root's. Every rank starts from rank 0's weights.
+
+    ``optimizer``, if given, was built on the whole model and has not stepped: it is pointed at the
+    shards (its groups and settings are kept), so a task builds its optimizer the same way under DDP
+    and FSDP.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -143,6 +145,9 @@ def shard_model(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
         raise ValueError("optimizer has state already; shard the model before the first update")
     names = {id(p): n for n, p in model.named_parameters()}
     groups = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups] if optimizer else []
+    with torch.no_grad():  # every rank starts from rank 0's weights, as under DDP
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            dist.broadcast(t, src=0)
     device = next(model.parameters()).device.type
     mesh = init_device_mesh(device, (world_size(),))
     blocks = [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst

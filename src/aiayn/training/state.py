@@ -65,7 +65,9 @@ def save_train_state(
     for i, entry in opt["state"].items():
         for key, value in entry.items():
             if isinstance(value, Tensor):
-                tensors[f"optim/{i}/{key}"] = distributed.full(value).contiguous()
+                value = distributed.full(value)  # every rank takes part; rank 0 keeps it (below)
+                if distributed.is_main():
+                    tensors[f"optim/{i}/{key}"] = value.contiguous()
             else:
                 scalars.setdefault(str(i), {})[key] = value
     if not distributed.is_main():
