@@ -192,10 +192,9 @@ class Run:
     def trained_model(self) -> nn.Module | None:
         """After :meth:`fit`, on rank 0: the whole model, to evaluate and save (under FSDP a copy gathered
         from the shards, which takes every rank); on other ranks ``None``."""
-        if distributed.is_sharded(self.model):
-            tensors = unique_tensors(self.model)
-            device = next(self.model.parameters()).device
-            whole = from_tensors(self.model.cfg, tensors).to(device).eval() if distributed.is_main() else None
-        else:
-            whole = self.model
-        return whole if distributed.is_main() else None
+        if not distributed.is_sharded(self.model):
+            return self.model if distributed.is_main() else None
+        tensors = unique_tensors(self.model)  # every rank takes part in the gather; rank 0 keeps the tensors
+        if not distributed.is_main():
+            return None
+        return from_tensors(self.model.cfg, tensors).to(next(self.model.parameters()).device).eval()

@@ -183,7 +183,7 @@ def local(whole: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def accumulating(model: nn.Module) -> Iterator[None]:
     """Inside, backward passes keep their gradients on this rank (the first batches of an update);
     the last batch's backward, outside, reduces the sum over every rank once."""
-    model = getattr(model, "_orig_mod", model) if not hasattr(model, "no_sync") else model  # torch.compile's
+    model = getattr(model, "_orig_mod", model)  # under torch.compile: the module it compiled
     if is_sharded(model):
         model.set_requires_gradient_sync(False)
         try:

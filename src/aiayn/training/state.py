@@ -140,8 +140,10 @@ def load_train_state(
     for k, v in tensors.items():
         if k.startswith("optim/"):
             _, i, key = k.split("/", 2)
-            p = params[int(i)] if int(i) < len(params) else v  # too many: load_state_dict names the mismatch
-            state.setdefault(int(i), {})[key] = distributed.local(v, p) if v.shape == p.shape else v  # Adam's moments
+            p = params[int(i)] if int(i) < len(params) else None  # None: load_state_dict names the mismatch
+            if p is not None and v.shape == p.shape:  # Adam's moments: this rank's shard under FSDP
+                v = distributed.local(v, p)
+            state.setdefault(int(i), {})[key] = v
     for i, entry in meta["optim_scalars"].items():
         state.setdefault(int(i), {}).update(entry)
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
