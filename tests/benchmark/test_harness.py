@@ -11,12 +11,13 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import aiayn
-from aiayn.analysis.flops import SDPA_KERNELS, sdpa_flops
+from aiayn.analysis.flops import KERNEL_FLOPS, sdpa_flops
 from aiayn.benchmark import NAMES, run_bench
 from aiayn.benchmark.cases import CASES
 from aiayn.benchmark.harness import Case, Settings, Side, Target, count_flops, measure, peak_memory, write_result
 from aiayn.benchmark.report import read_results, write_report
 from aiayn.decoding import sample
+from aiayn.layers.linear import linear
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
@@ -115,11 +116,13 @@ def test_count_flops_works_under_no_grad_with_learned_positions():
     # runs it; count_flops gives what the stock counter gives with gradients on.
     model = aiayn.build("gpt-tiny").eval()
     ids = torch.randint(0, 256, (2, 6))
-    with FlopCounterMode(display=False, custom_mapping=SDPA_KERNELS) as stock:
+    with FlopCounterMode(display=False, custom_mapping=KERNEL_FLOPS) as stock:
         model(ids)
     with torch.no_grad():
         assert count_flops(lambda: model(ids)) == stock.get_total_flops() > 0
     assert count_flops(lambda: sample(model, ids[:1], 3, temperature=0)) > 0
+    x, w = torch.randn(1, 1024), torch.randn(2048, 1024)  # one row by a large matrix: oneDNN's inner product
+    assert count_flops(lambda: linear(x, w)) == 2 * 1024 * 2048
 
 
 def test_peak_memory_is_the_most_held_at_once():

@@ -21,6 +21,7 @@ Shapes: B batch, T/S positions, H heads, D head dim.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,9 +45,16 @@ def sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwa
     return 2 * b * h * t * s * d + 2 * b * h * t * s * dv
 
 
-# Fused attention kernels FlopCounterMode has no formula for (the CPU one, as of PyTorch 2.13).
-SDPA_KERNELS = {op: sdpa_flops for op in (getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None),)
-                if op is not None}
+def onednn_linear_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of oneDNN's inner product (``aiayn.layers.linear`` for one row): ``x`` (..., K) by ``W`` (M, K)."""
+    return 2 * math.prod(x_shape) * w_shape[0]
+
+
+# Kernels FlopCounterMode has no formula for (as of PyTorch 2.13): the CPU fused attention, oneDNN's linear.
+KERNEL_FLOPS = {op: formula for op, formula in (
+    (getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None), sdpa_flops),
+    (getattr(torch.ops.mkldnn, "_linear_pointwise", None), onednn_linear_flops),
+) if op is not None}
 
 
 def example_forward(model: nn.Module, seq_len: int | None = None, image_size: int | tuple[int, int] | None = None,
@@ -103,7 +111,7 @@ def measured_macs(model: nn.Module, forward: Callable[[], Any], explicit_attenti
     recording = record_attention(model) if explicit_attention else contextlib.nullcontext()
     # Not under no_grad: FlopCounterMode's module tracker hooks the outputs' gradients, and fails on a
     # parameter's slice (learned positions) that no_grad leaves requiring grad without a grad_fn.
-    with recording, FlopCounterMode(display=False, custom_mapping=SDPA_KERNELS) as counter:
+    with recording, FlopCounterMode(display=False, custom_mapping=KERNEL_FLOPS) as counter:
         forward()
     flops = counter.get_flop_counts()
     parts = {p: 0 for p in ("embeddings", "attention projections", "attention scores", "feed-forward", "backbone")}
@@ -152,4 +160,4 @@ def measure(model: nn.Module, seq_len: int | None = None, image_size: int | tupl
     return Counts(table, macs)
 
 
-__all__ = ["SDPA_KERNELS", "example_forward", "measure", "measured_macs", "sdpa_flops"]
+__all__ = ["KERNEL_FLOPS", "example_forward", "measure", "measured_macs", "onednn_linear_flops", "sdpa_flops"]

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count
 
-from aiayn.analysis.flops import SDPA_KERNELS
+from aiayn.analysis.flops import KERNEL_FLOPS
 
 CPU = torch.device("cpu")
 SCHEMA = "aiayn-bench/1"  # every results file the harness writes carries it; the report reads only those
@@ -51,7 +51,7 @@ def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *a
 
 
 # FlopCounterMode counts the CPU attention kernel, forward and backward, as 0 out of the box (PyTorch 2.13).
-KERNELS = {**SDPA_KERNELS, **({_CPU_SDPA_BACKWARD: _sdpa_backward_flops} if _CPU_SDPA_BACKWARD is not None else {})}
+KERNELS = {**KERNEL_FLOPS, **({_CPU_SDPA_BACKWARD: _sdpa_backward_flops} if _CPU_SDPA_BACKWARD is not None else {})}
 
 
 @dataclass
