@@ -66,6 +66,19 @@ def test_greedy_generation_equals_generate_for_prompts_of_different_lengths():
     assert len({tuple(g[len(p):]) for g, p in zip(got, prompts)}) == 3  # the rows really differ
 
 
+def test_batch_one_greedy_generation_through_onednn_products_equals_generate():
+    # one row by a matrix of at least ONEDNN_MIN weights takes oneDNN's inner product (aiayn.layers.linear)
+    from aiayn.layers.linear import ONEDNN_MIN
+
+    hf = gpt2(vocab_size=2048, n_embd=512, n_inner=2048, n_layer=1, n_head=8, eos_token_id=0, bos_token_id=0)
+    assert 512 * 2048 >= ONEDNN_MIN
+    ours = aiayn.from_hf(hf)
+    prompt = torch.randint(0, 2048, (1, 5))
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, do_sample=False,
+                           pad_token_id=0, eos_token_id=None)
+    assert sample(ours, prompt, max_new_tokens=20, temperature=0).tolist() == expected.tolist()
+
+
 def test_a_saved_folder_converts_and_bad_keys_are_named(tmp_path):
     hf = gpt2()
     hf.save_pretrained(tmp_path)
