@@ -24,6 +24,13 @@ def test_one_row_of_a_wider_tensor_and_a_slice_of_the_weight():
         torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
+def test_one_row_under_autocast_is_computed_in_its_precision():
+    x, w = torch.randn(1, 1024), torch.randn(1024, 1024)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = linear(x, w), F.linear(x, w)
+    assert got.dtype == expected.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize(("rows", "d"), [(3, 8), (1, 1024)])  # one row by a large matrix: oneDNN's when no gradient
 def test_gradients_flow_as_through_nn_linear(rows, d):
     torch.manual_seed(0)

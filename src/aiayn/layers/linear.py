@@ -1,4 +1,4 @@
-"""``nn.Linear`` with one speed-up for the few-rows products of decoding.
+"""``nn.Linear`` with two speed-ups for the few-rows products of decoding.
 
 Decoding multiplies a handful of rows (one position per sentence, per beam) by wide weight matrices. On the
 CPU, PyTorch's ``F.linear`` hands ``x W^T`` to the BLAS with the large matrix as the transposed right
@@ -41,9 +41,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
-    """A float32 product by a large matrix that needs no gradient (oneDNN's op has no backward)."""
+    """A float32 product by a large matrix that needs no gradient (oneDNN's op has no backward) and that
+    autocast would not have run in a lower precision."""
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    return _ONEDNN and weight.numel() >= ONEDNN_MIN and x.dtype == torch.float32 and not needs_grad
+    return (_ONEDNN and weight.numel() >= ONEDNN_MIN and x.dtype == torch.float32 and not needs_grad
+            and not torch.is_autocast_enabled("cpu"))
 
 
 class Linear(nn.Linear):
