@@ -22,17 +22,16 @@ import argparse
 import json
 import math
 import platform
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from budget import train_for
 
 import aiayn
 from aiayn.cli.lm import complete
 from aiayn.data import CharTokenizer, lm_batches, lm_blocks
 from aiayn.training import decay_groups
-from budget import train_for
 
 HERE = Path(__file__).parent
 
