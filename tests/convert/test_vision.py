@@ -74,7 +74,12 @@ def test_vit_classification_logits_equal_hugging_face():
 SWIN_SIZES = [(32, 32), (27, 30), (16, 16)]
 
 
-def test_swin_model_features_and_pooled_output_equal_hugging_face():
+# a block takes its windows in groups of CHUNK_TOKENS patches; 48 = 3 windows of 16, so groups straddle
+# images (16 windows each in stage 1) and the shifted windows' masks are picked per group
+@pytest.mark.parametrize("chunk", [None, 48])
+def test_swin_model_features_and_pooled_output_equal_hugging_face(chunk, monkeypatch):
+    if chunk:
+        monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", chunk)
     torch.manual_seed(0)
     hf = randomized(transformers.SwinModel(swin_config()))
     ours = aiayn.from_hf(hf)
@@ -96,6 +101,22 @@ def test_swin_classification_logits_equal_hugging_face():
         images = torch.randn(3, 3, h, w)
         with torch.no_grad():
             close(ours(images), hf(images).logits)
+
+
+def test_swin_gradients_equal_hugging_face_with_windows_in_groups(monkeypatch):
+    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", 48)
+    torch.manual_seed(0)
+    hf = randomized(transformers.SwinForImageClassification(swin_config(drop_path_rate=0.0)))
+    ours = aiayn.from_hf(hf)
+    images = torch.randn(3, 3, 27, 30)  # padded in both stages
+    grads = []
+    for model, run in [(ours, ours), (hf, lambda x: hf(x).logits)]:
+        x = images.clone().requires_grad_()
+        run(x).square().sum().backward()
+        # the input's gradient, and the total over the weights (named differently on each side)
+        grads.append((x.grad, torch.stack([p.grad.square().sum() for p in model.parameters()]).sum()))
+    close(grads[0][0], grads[1][0])
+    close(grads[0][1], grads[1][1])
 
 
 # transformers 4 named the weights differently; checkpoints saved by it are still the common case on disk

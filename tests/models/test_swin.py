@@ -7,6 +7,7 @@ from aiayn.layers.vision import (
     PatchMerging,
     relative_position_index,
     shifted_window_mask,
+    window_index,
     window_partition,
     window_reverse,
 )
@@ -30,6 +31,17 @@ def test_window_partition_then_reverse_is_the_identity():
     torch.testing.assert_close(windows[0].view(4, 4, 3), x[0, :4, :4])  # the top-left window, row-major
     torch.testing.assert_close(windows[1].view(4, 4, 3), x[0, :4, 4:8])  # then the one to its right
     torch.testing.assert_close(window_reverse(windows, 4, 8, 12), x)
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+def test_window_index_gathers_the_rolled_windows(shift):
+    x = torch.randn(2, 8, 12, 3)
+    expected = window_partition(torch.roll(x, shifts=(-shift, -shift), dims=(1, 2)), 4)  # (2 * 6, 16, 3)
+    index = window_index(8, 12, 4, shift)
+    torch.testing.assert_close(x.flatten(1, 2)[:, index].reshape(-1, 16, 3), expected)
+    assert sorted(index.tolist()) == list(range(96))  # every patch once: writing back undoes it
+    if shift:  # the top-left shifted window starts at patch (2, 2) of the map: 2 * 12 + 2
+        assert index[:5].tolist() == [26, 27, 28, 29, 38]
 
 
 def test_shift_mask_equals_the_one_drawn_by_hand():

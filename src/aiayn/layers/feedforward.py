@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -12,6 +13,14 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # BERT, ViT, Swin (erf form)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2
     "silu": F.silu,  # Marian (OPUS-MT), which calls it "swish"
+}
+# the same, overwriting their input: the hidden layer is the widest activation, and when no gradient needs
+# it, writing the activation over it saves allocating (and first touching) as much memory again
+IN_PLACE = {
+    "relu": F.relu_,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "silu": lambda x: F.silu(x, inplace=True),
 }
 
 
@@ -28,8 +37,10 @@ class FeedForward(nn.Module):
             raise ValueError(f"activation={activation!r} must be one of {sorted(ACTIVATIONS)}")
         self.fc1 = Linear(d_model, d_ff)
         self.fc2 = Linear(d_ff, d_model)
-        self.activation = ACTIVATIONS[activation]
+        self.activation, self.activation_ = ACTIVATIONS[activation], IN_PLACE[activation]
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C)
-        return self.fc2(self.dropout(self.activation(self.fc1(x))))
+        h = self.fc1(x)  # (B, T, d_ff)
+        h = self.activation(h) if torch.is_grad_enabled() and h.requires_grad else self.activation_(h)
+        return self.fc2(self.dropout(h))

@@ -80,6 +80,24 @@ def window_reverse(windows: Tensor, window: int, height: int, width: int) -> Ten
     return x.transpose(2, 3).reshape(-1, height, width, c)
 
 
+def window_index(height: int, width: int, window: int, shift: int = 0,
+                 device: torch.device | str | None = None) -> Tensor:
+    """Where each patch of the (shifted) windows sits in the flattened map: one gather that does the roll
+    and the partition together.
+
+    ``x.flatten(1, 2)[:, window_index(H, W, M, s)]`` equals ``window_partition(torch.roll(x, (-s, -s),
+    (1, 2)), M)`` flattened to ``(B, nW * M*M, C)``; writing the windows back to those positions undoes
+    both. H and W must be multiples of M.
+
+    Returns:
+        ``(H * W,)`` long: row-major map positions, windows in :func:`window_partition`'s order.
+    """
+    index = torch.arange(height * width, device=device).view(1, height, width, 1)
+    if shift:
+        index = torch.roll(index, shifts=(-shift, -shift), dims=(1, 2))
+    return window_partition(index, window).flatten()
+
+
 def shifted_window_mask(height: int, width: int, window: int, shift: int,
                         device: torch.device | str | None = None) -> Tensor:
     """Which patches of a cyclically shifted window may attend to each other (Swin 3.2, figure 4).
@@ -170,6 +188,7 @@ __all__ = [
     "pad_to_multiple",
     "relative_position_index",
     "shifted_window_mask",
+    "window_index",
     "window_partition",
     "window_reverse",
 ]
