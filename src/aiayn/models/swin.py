@@ -171,8 +171,7 @@ class SwinBlock(nn.Module):
         # the roll and the window partition as one gather of rows, for every image: (B * Hp * Wp,)
         index = window_index(hp, wp, window, shift, x.device)
         index = (torch.arange(b, device=x.device)[:, None] * index.numel() + index).flatten()
-        x = x.reshape(-1, c)  # (B * Hp * Wp, C)
-        windows = x.index_select(0, index).view(-1, t, c)  # (B * nW, T, C), images major
+        x = x.reshape(-1, c)  # (B * Hp * Wp, C); windows are rows of index, T at a time, images major
         mask = self.attention_mask(hp, wp, window, shift)  # (1 or nW, heads, T, T)
         valid = None
         if (hp, wp) != (h, w):  # which patches are real, not padding: (nW, T, 1)
@@ -181,13 +180,14 @@ class SwinBlock(nn.Module):
         if self.training and self.drop_path > 0:
             keep = x.new_empty(b).bernoulli_(1 - self.drop_path).div_(1 - self.drop_path).repeat_interleave(nw)
         out = torch.empty_like(x)
-        n, step = windows.size(0), max(1, CHUNK_TOKENS // t)
+        n, step = b * nw, max(1, CHUNK_TOKENS // t)
         for i in range(0, n, step):
-            rows = slice(i, min(i + step, n))
-            which = torch.arange(rows.start, rows.stop, device=x.device) % nw  # each row's window in its image
-            y = self._windows(windows[rows], mask if mask.size(0) == 1 else mask[which],
+            rows = slice(i, min(i + step, n))  # windows
+            patches = index[rows.start * t : rows.stop * t]
+            which = torch.arange(rows.start, rows.stop, device=x.device) % nw  # each window's place in its image
+            y = self._windows(x.index_select(0, patches).view(-1, t, c), mask if mask.size(0) == 1 else mask[which],
                               None if valid is None else valid[which], None if keep is None else keep[rows])
-            out.index_copy_(0, index[rows.start * t : rows.stop * t], y.view(-1, c))  # back where it came from
+            out.index_copy_(0, patches, y.view(-1, c))  # back where they came from
         return out.view(b, hp, wp, c)[:, :h, :w]
 
     def _windows(self, x: Tensor, mask: Tensor, valid: Tensor | None, keep: Tensor | None) -> Tensor:
