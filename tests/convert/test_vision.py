@@ -74,12 +74,14 @@ def test_vit_classification_logits_equal_hugging_face():
 SWIN_SIZES = [(32, 32), (27, 30), (16, 16)]
 
 
-# a block takes its windows in groups of CHUNK_TOKENS patches; 48 = 3 windows of 16, so groups straddle
-# images (16 windows each in stage 1) and the shifted windows' masks are picked per group
+# attention takes its windows in groups of CHUNK_TOKENS patches (the MLP its rows in groups of CHUNK_ROWS);
+# 48 = 3 windows of 16, so groups straddle images (16 windows each in stage 1) and the shifted windows'
+# masks are picked per group
 @pytest.mark.parametrize("chunk", [None, 48])
 def test_swin_model_features_and_pooled_output_equal_hugging_face(chunk, monkeypatch):
     if chunk:
         monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", chunk)
+        monkeypatch.setattr("aiayn.layers.feedforward.CHUNK_ROWS", chunk)
     torch.manual_seed(0)
     hf = randomized(transformers.SwinModel(swin_config()))
     ours = aiayn.from_hf(hf)

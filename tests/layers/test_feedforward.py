@@ -8,7 +8,10 @@ REFERENCE = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, ap
 
 
 @pytest.mark.parametrize("activation", sorted(REFERENCE))
-def test_the_in_place_activation_without_gradients_equals_the_usual_one(activation):
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_the_in_place_activation_without_gradients_equals_the_usual_one(activation, chunk, monkeypatch):
+    if chunk:  # 10 positions in groups of 3, 3, 3, 1
+        monkeypatch.setattr("aiayn.layers.feedforward.CHUNK_ROWS", chunk)
     torch.manual_seed(0)
     ff = FeedForward(8, 32, activation=activation)
     x = torch.randn(2, 5, 8)
