@@ -33,7 +33,7 @@ by one index that does the roll and the partition together, and writes each grou
 the feed-forward network takes its rows in groups as well when no gradient is needed. Buffers the size of a
 group are reused from one call to the next, where buffers the size of the whole map (38.5 MB for the MLP of
 ``swin-t``'s first stage at batch 8) are mapped fresh from the system on every call: ``swin-t`` runs
-1.1-1.3x faster than Hugging Face's on a 2-core CPU, in a third of the memory.
+1.1-1.3x faster than Hugging Face's on a 2-core CPU, in less than half the memory.
 
 Shapes: B batch, Cin image channels, H x W the patch map of a stage, C its channels, M window side,
 nW windows per image, T = M*M patches per window, heads the attention heads, K classes.
