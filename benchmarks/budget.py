@@ -4,6 +4,9 @@ The learning rate warms up linearly, then decays to ``floor`` times the peak at 
 budget allows. That last update is re-estimated every ``chunk`` updates from the speed of the chunk
 before, so a slower or faster machine still ends on time, with the rate decayed. Only the updates count
 against the budget; whatever ``on_chunk`` does (validation, samples) is timed apart.
+
+``updates=N`` trains exactly N updates on the same schedule instead: the run a time budget chose,
+repeated on any machine (busy or quiet, faster or slower) with the same result on that machine.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ def train_for(
     batches: Iterator[Any],
     optimizer: torch.optim.Optimizer,
     loss_fn,
-    minutes: float,
+    minutes: float | None,
     warmup: int,
     shape: str = "cosine",
     floor: float = 0.0,
     chunk: int = 50,
     on_chunk: Callable[[int, list[dict], int], None] | None = None,
+    updates: int | None = None,
     **fit_kwargs: Any,
 ) -> list[dict]:
-    """Train ``model`` for ``minutes`` of update time; ``on_chunk(step, history, planned_total)`` runs after
-    every chunk. Returns ``fit``'s history."""
-    plan = {"total": 10**9}
+    """Train ``model`` for ``minutes`` of update time, or for exactly ``updates`` updates when given;
+    ``on_chunk(step, history, planned_total)`` runs after every chunk. Returns ``fit``'s history."""
+    if (minutes is None) == (updates is None):
+        raise ValueError(f"give minutes or updates, not both or neither (got minutes={minutes}, updates={updates})")
+    plan = {"total": updates or 10**9}
 
     def multiplier(i: int) -> float:
         if i < warmup:
@@ -43,13 +49,14 @@ def train_for(
         return floor + (1 - floor) * decay
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-    budget, history, step = minutes * 60, [], 0
+    budget, history, step = (minutes or 0) * 60, [], 0
     while step < plan["total"]:
         history = fit(model, batches, min(step + chunk, plan["total"]), optimizer, loss_fn, scheduler,
                       progress=False, start=step, history=history, **fit_kwargs)
         step, spent = len(history), history[-1]["seconds"]
         recent = (spent - history[-chunk - 1]["seconds"]) / chunk if len(history) > chunk else spent / step
-        plan["total"] = max(step + int((budget - spent) / recent), step)
+        if updates is None:
+            plan["total"] = max(step + int((budget - spent) / recent), step)
         if on_chunk is not None:
             on_chunk(step, history, plan["total"])
         model.train()

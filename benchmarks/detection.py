@@ -2,6 +2,7 @@
 
     python benchmarks/detection.py                                   # 20 + 20 minutes
     python benchmarks/detection.py --minutes 3 --bccd-minutes 0      # a quick look at the shapes alone
+    python benchmarks/detection.py --quick                           # toy sizes, seconds: checks that it runs
 
 Shapes: ``detr-tiny`` (a ResNet-18-shaped backbone with few channels, stride 32, 2 + 2 layers of width 64, 8
 queries) learns from scratch on fresh 128-px canvases of 1 to 3 shapes of 4 kinds every batch
@@ -13,7 +14,10 @@ far less than the published fine-tuned detectors).
 The recipe is DETR's (AdamW, weight decay 1e-4, gradients clipped to 0.1, the Hungarian set loss with
 auxiliary losses, eos_coef 0.1) with the schedule fitted to the budget (``budget.py``): warm-up, then cosine
 decay to a tenth of the peak at the last update the budget allows. Only training counts against the budget;
-the validation of the curve is timed apart. Results go to ``benchmarks/results/detection.json``.
+the validation of the curve is timed apart. Results go to ``detection.json`` in ``--out``
+(``benchmarks/results``). ``--quick`` trains for seconds at toy sizes (:data:`QUICK`, under any flag given),
+leaves BCCD out if its folder is missing and writes into a new temporary folder unless ``--out`` says where;
+its numbers say nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +39,9 @@ from aiayn.data.detection import SHAPES, collate, read_voc, shape_batches, synth
 from aiayn.models.detr.criterion import SetCriterion
 
 HERE = Path(__file__).parent
+# --quick: a few seconds of training on small canvases and a few held-out ones
+QUICK = {"minutes": 0.05, "bccd_minutes": 0.05, "image_size": 64, "bccd_size": 64, "batch_size": 4, "warmup": 5,
+         "n_test": 16, "bccd_limit": 16, "chunk": 5}
 
 
 def train_and_score(name: str, model, batches, test: list, curve_set: list, minutes: float, args) -> dict:
@@ -60,7 +69,7 @@ def train_and_score(name: str, model, batches, test: list, curve_set: list, minu
             marks["next"] = trained + minutes * 60 / 8
 
     history = train_for(model, batches, optimizer, loss_fn, minutes, args.warmup, shape="cosine", floor=0.1,
-                        chunk=50, on_chunk=on_chunk, clip=0.1)
+                        chunk=args.chunk, on_chunk=on_chunk, clip=0.1)
     t = time.perf_counter()
     final = evaluate_detr(model, test, criterion=criterion)
     print(f"  {name}: test mAP@0.5 {final['map50']:.3f}, mAP@[.5:.95] {final['map']:.3f} on {len(test)} images "
@@ -72,7 +81,7 @@ def train_and_score(name: str, model, batches, test: list, curve_set: list, minu
             "curve": curve}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=20.0, help="training budget on the synthetic shapes")
     p.add_argument("--bccd-minutes", type=float, default=20.0, help="training budget on BCCD (0: skip it)")
@@ -81,15 +90,28 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=128, help="side of the synthetic canvas")
     p.add_argument("--bccd-size", type=int, default=256, help="longer side BCCD's images are resized to")
     p.add_argument("--bccd-queries", type=int, default=40, help="object queries for BCCD (up to 30 cells an image)")
+    p.add_argument("--bccd-limit", type=int, default=0, help="use only the first N training and test images (0: all)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate of the Transformer and heads")
     p.add_argument("--lr-backbone", type=float, default=3e-4, help="peak learning rate of the ResNet")
     p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--chunk", type=int, default=50, help="updates between re-planning the schedule")
     p.add_argument("--n-test", type=int, default=500, help="held-out synthetic canvases")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(HERE / "results" / "detection.json"), help="where the results go")
-    args = p.parse_args()
+    p.add_argument("--out", help="folder for detection.json (default benchmarks/results; --quick: a new temporary "
+                                 "folder)")
+    p.add_argument("--quick", action="store_true", help="toy sizes, seconds: checks that it runs, measures nothing")
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
+    if args.quick:
+        p.set_defaults(**QUICK)
+        args = p.parse_args(argv)  # the toy sizes, except where a flag was given
+        if args.out is None:  # toy numbers never replace measured ones
+            args.out = tempfile.mkdtemp(prefix="detection-quick-")
+        if args.bccd_minutes > 0 and not Path(args.bccd_dir).is_dir():
+            print(f"quick: no BCCD at {args.bccd_dir}, shapes only")
+            args.bccd_minutes = 0
     torch.set_num_threads(args.threads)
     results = {"name": "detection", "args": vars(args),
                "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
@@ -107,6 +129,8 @@ def main() -> None:
         torch.manual_seed(args.seed)
         train, classes, dropped = read_voc(args.bccd_dir, "train", args.bccd_size)
         test, _, dropped_test = read_voc(args.bccd_dir, "test", args.bccd_size, classes)
+        if args.bccd_limit > 0:
+            train, test = train[: args.bccd_limit], test[: args.bccd_limit]
         model = aiayn.build(args.preset, num_classes=len(classes), num_queries=args.bccd_queries)
         print(f"bccd: {len(train)} training images, {len(test)} test; classes {classes}; {dropped + dropped_test} "
               f"boxes without area dropped; budget {args.bccd_minutes:g} minutes", flush=True)
@@ -114,7 +138,7 @@ def main() -> None:
         results["bccd"] = {"classes": classes, "dropped_boxes": dropped + dropped_test,
                            **train_and_score("bccd", model, batches, test, test, args.bccd_minutes, args)}
 
-    out = Path(args.out)
+    out = Path(args.out or HERE / "results") / "detection.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")

@@ -7,13 +7,15 @@
 MFU is the model's FLOPs per step (counted once with ``torch.utils.flop_counter`` on the real step: matmuls
 and attention kernels, backward included) divided by the step's median time and by the measured bf16 matmul
 peak of this device (``torch.mm`` of 8192^2 squares); the vendor's dense bf16 figure is recorded beside it.
-Writes ``benchmarks/results/gpu.json``, in the form of the CPU harness's files.
+Writes ``gpu.json`` in ``--out`` (``benchmarks/results``), in the form of the CPU harness's files (the page
+``docs/benchmarks.md`` leaves it out); ``--quick`` writes into a new temporary folder unless ``--out`` says where.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,14 +70,16 @@ def training_step(model, loss_fn, batch, device, compile_: bool):
     return step
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=20, help="timed steps per case (medians are reported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the models")
     p.add_argument("--quick", action="store_true", help="toy sizes (to check the script, e.g. on a CPU)")
-    p.add_argument("--out", default=str(HERE / "results"))
-    args = p.parse_args()
+    p.add_argument("--out", help="folder for gpu.json (default benchmarks/results; --quick: a new temporary folder)")
+    args = p.parse_args(argv)
+    if args.out is None:  # toy numbers never replace measured ones
+        args.out = tempfile.mkdtemp(prefix="gpu-quick-") if args.quick else str(HERE / "results")
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True
     q = args.quick
@@ -130,9 +134,10 @@ def main() -> None:
                                 "median_s": statistics.median(times)}
     print(f"gpt2-generate: {n / statistics.median(times):,.0f} tokens/s (batch 1, bf16)")
 
-    write_result({"schema": SCHEMA, "case": "gpu", "kind": "gpu", "quick": q, "compile": args.compile,
-                  "dtype": "bfloat16 autocast", "measured_bf16_peak_flops": peak, "vendor_bf16_peak_flops": vendor,
-                  "results": results, "machine": machine(device)}, args.out)
+    path = write_result({"schema": SCHEMA, "case": "gpu", "kind": "gpu", "quick": q, "compile": args.compile,
+                         "dtype": "bfloat16 autocast", "measured_bf16_peak_flops": peak,
+                         "vendor_bf16_peak_flops": vendor, "results": results, "machine": machine(device)}, args.out)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -9,5 +9,5 @@ OUT=${OUT:-benchmarks/results}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python benchmarks/gpu.py --steps 20 --out "$OUT"
 python benchmarks/gpu.py --steps 20 --compile --out "$OUT/compiled"
-python -m aiayn bench train-base gpt2-train gpt2-generate --device cuda --rounds 5 --out "$OUT/gpu" \
+python -m aiayn bench train-base gpt2-train gpt2-generate --device cuda --rounds 7 --out "$OUT/gpu" \
     --docs "$OUT/gpu/benchmarks.md"

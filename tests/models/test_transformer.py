@@ -7,37 +7,46 @@ from torch import nn
 import aiayn
 from aiayn.models.transformer import Transformer, TransformerConfig
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
+
 PAD = 0
 
 
 def tiny(**kw):
-    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-                d_ff=64, share_embeddings=False, dropout=0.1)
+    base = {"src_vocab_size": 23, "tgt_vocab_size": 19, "d_model": 32, "n_heads": 4, "n_encoder_layers": 2,
+            "n_decoder_layers": 2, "d_ff": 64, "share_embeddings": False, "dropout": 0.1}
     return aiayn.build(TransformerConfig(**{**base, **kw})).eval()
 
 
 def torch_reference(model: Transformer) -> nn.Transformer:
-    """torch.nn.Transformer of the same sizes, with our weights copied in."""
+    """torch.nn.Transformer of the same sizes, its biases and LayerNorms moved off their 0/1 start (our init
+    zeroes every bias, so a dropped or misplaced bias would otherwise change nothing), then copied into
+    ``model`` so both compute with the same weights."""
     cfg = model.cfg
     ref = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
                          dropout=0.0, activation="relu", batch_first=True, norm_first=cfg.norm_first).eval()
     if not cfg.norm_first:  # the paper's post-norm stack ends normalised; nn.Transformer adds one more norm
         ref.encoder.norm = ref.decoder.norm = None
-    sd = {}
-    for ours, theirs in ((model.encoder, ref.encoder), (model.decoder, ref.decoder)):
-        for name, p in ours.state_dict().items():
-            name = (name.replace("self_attn.in_proj.", "self_attn.in_proj_").replace("cross_attn.in_proj.",
-                    "multihead_attn.in_proj_").replace("cross_attn.", "multihead_attn.")
-                    .replace("ff.fc1", "linear1").replace("ff.fc2", "linear2"))
-            sd[(theirs, name)] = p
-    for (module, name), p in sd.items():
-        module.state_dict()[name].copy_(p)  # KeyError if a name does not map
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+        for ours, theirs in ((model.encoder, ref.encoder), (model.decoder, ref.decoder)):
+            mine, their = ours.state_dict(), theirs.state_dict()
+            renamed = {name: name.replace("self_attn.in_proj.", "self_attn.in_proj_")
+                       .replace("cross_attn.in_proj.", "multihead_attn.in_proj_")
+                       .replace("cross_attn.", "multihead_attn.")
+                       .replace("ff.fc1", "linear1").replace("ff.fc2", "linear2") for name in mine}
+            assert sorted(renamed.values()) == sorted(their), "every weight maps to one of nn.Transformer's"
+            for name, p in mine.items():
+                p.copy_(their[renamed[name]])
     return ref
 
 
 def batch():
-    src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 9, 2, PAD, PAD, PAD]])
-    tgt = torch.tensor([[1, 4, 5, 6, 7], [1, 8, PAD, PAD, PAD]])
+    """Sources and targets of different lengths, padded at the end."""
+    src = torch.tensor([[5, 6, 7, 8, 9, 2], [5, 9, 2, PAD, PAD, PAD], [7, 7, 3, 4, 2, PAD]])
+    tgt = torch.tensor([[1, 4, 5, 6, 7], [1, 8, PAD, PAD, PAD], [1, 3, 9, 5, PAD]])
     return src, tgt
 
 
@@ -45,6 +54,8 @@ def batch():
 def test_parity_with_torch_transformer_with_padding(norm_first):
     model = tiny(norm_first=norm_first)
     ref = torch_reference(model)
+    assert all(p.abs().min() > 0 for name, p in model.named_parameters() if "generator" not in name and
+               (name.endswith("bias") or "norm" in name)), "a zero bias would hide a bias that is never added"
     src, tgt = batch()
     src_real, tgt_real = src != PAD, tgt != PAD
     with torch.no_grad():
@@ -129,12 +140,12 @@ def test_paper_parameter_counts():
 
 
 @pytest.mark.parametrize("overrides, error", [
-    (dict(d_model=100, n_heads=8), "d_model=100 must be divisible by n_heads=8"),
-    (dict(dropout=1.0), r"dropout=1.0 must be a probability in \[0, 1\)"),
-    (dict(d_ff=0), "d_ff=0 must be a positive integer"),
-    (dict(src_vocab_size=10, tgt_vocab_size=12), "share_embeddings=True needs src_vocab_size == tgt_vocab_size"),
-    (dict(d_modle=64), "no field 'd_modle'; did you mean 'd_model'"),
-    (dict(positional="rope"), "positional='rope' must be one of"),
+    ({"d_model": 100, "n_heads": 8}, "d_model=100 must be divisible by n_heads=8"),
+    ({"dropout": 1.0}, r"dropout=1.0 must be a probability in \[0, 1\)"),
+    ({"d_ff": 0}, "d_ff=0 must be a positive integer"),
+    ({"src_vocab_size": 10, "tgt_vocab_size": 12}, "share_embeddings=True needs src_vocab_size == tgt_vocab_size"),
+    ({"d_modle": 64}, "no field 'd_modle'; did you mean 'd_model'"),
+    ({"positional": "rope"}, "positional='rope' must be one of"),
 ])
 def test_bad_configs_name_the_field(overrides, error):
     with pytest.raises(ValueError, match=error):

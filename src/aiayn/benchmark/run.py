@@ -10,14 +10,14 @@ import torch
 
 from aiayn.benchmark import scaling
 from aiayn.benchmark.cases import CASES
-from aiayn.benchmark.harness import Settings, machine, matmul_peak, measure, write_result
+from aiayn.benchmark.harness import MIN_ROUNDS, Settings, machine, matmul_peak, measure, write_result
 from aiayn.benchmark.report import write_report
 from aiayn.models.config import suggest
 
 NAMES = [*CASES, "scaling"]
 
 
-def run_bench(names: list[str] | None = None, out: str | Path = "benchmarks/results", rounds: int = 5,
+def run_bench(names: list[str] | None = None, out: str | Path = "benchmarks/results", rounds: int = MIN_ROUNDS,
               threads: int | None = None, quick: bool = False, docs: str | Path | None = "docs/benchmarks.md",
               device: str = "cpu", warmup: int = 1, echo: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run benchmark cases and write ``out/<case>.json`` for each, then regenerate ``docs``.

@@ -144,7 +144,10 @@ def _parser() -> argparse.ArgumentParser:
                         "vit-forward scaling (default: all)")
     b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
     b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
-    b.add_argument("--rounds", type=int, default=5, help="timed units per side, alternating (default 5)")
+    b.add_argument("--rounds", type=int, default=None,
+                   help="timed units per side, alternating (default: the harness's MIN_ROUNDS, 7)")
+    b.add_argument("--report-only", action="store_true",
+                   help="run nothing: regenerate --docs from the results files in --out")
     b.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     b.add_argument("--quick", action="store_true", help="toy sizes: checks every case runs; measures nothing")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="float32 eager either way")
@@ -336,11 +339,17 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             from aiayn.benchmark import run_bench
 
-            _positive(parser, args, "rounds")
-            if args.threads is not None:
-                _positive(parser, args, "threads")
-            run_bench(args.cases or None, out=args.out, rounds=args.rounds, threads=args.threads, quick=args.quick,
-                      docs=args.docs, device=args.device)
+            if args.report_only:
+                from aiayn.benchmark.report import write_report
+
+                print(f"wrote {write_report(args.out, args.docs)}")
+                return 0
+            for name in ("rounds", "threads"):
+                if getattr(args, name) is not None:
+                    _positive(parser, args, name)
+            rounds = {} if args.rounds is None else {"rounds": args.rounds}
+            run_bench(args.cases or None, out=args.out, threads=args.threads, quick=args.quick, docs=args.docs,
+                      device=args.device, **rounds)
         elif args.command == "viz":
             from aiayn.cli.viz import viz
 

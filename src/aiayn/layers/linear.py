@@ -3,15 +3,14 @@
 Decoding multiplies a handful of rows (one position per sentence, per beam) by wide weight matrices. On the
 CPU, PyTorch's ``F.linear`` hands ``x W^T`` to the BLAS with the large matrix as the transposed right
 operand, and for few rows that is far from the best the BLAS can do. The same product computed the other
-way round, ``(W x^T)^T``, was 1.3-3.8x faster on this project's machine (2-core AMD EPYC, PyTorch's MKL
-build) for 4 to 64 rows, and still 1.05-1.5x at 256; from about 1,000 rows (training) the usual way is
-faster. ``benchmarks/results/decode-*.json`` show what it does for a whole decode.
+way round, ``(W x^T)^T``, is faster on the CPUs this project runs on (PyTorch's MKL build) for a few dozen
+rows, and slower from about 1,000 rows (training), where the usual way stays; ``FEW_ROWS`` draws the line.
+``docs/benchmarks.md`` (the ``decode-*`` cases) shows what it does for a whole decode.
 
 A single row (generation with batch 1) by a large weight matrix goes to oneDNN's inner product instead, when
-no gradient is needed: it streams the weights from memory 1.4-2x faster than the BLAS's matrix-vector
-product (gpt2's 124M weights per token: 21 ms against 34 ms; ``benchmarks/results/gpt2-generate.json``).
-Each call costs about 30 us more, so matrices under ``ONEDNN_MIN`` elements (768 x 768 included) keep the
-BLAS. Values agree with ``F.linear`` to float rounding.
+no gradient is needed: it streams the weights from memory faster than the BLAS's matrix-vector product
+(``docs/benchmarks.md``, the ``gpt2-generate`` case). Each call has a fixed cost of its own, so matrices under
+``ONEDNN_MIN`` elements (768 x 768 included) keep the BLAS. Values agree with ``F.linear`` to float rounding.
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, M out.
 """

