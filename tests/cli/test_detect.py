@@ -1,4 +1,5 @@
-"""Detection data, a short DETR training run on the synthetic shapes, resuming it, and ``detect`` on an image."""
+"""Detection data, a short DETR training run on the synthetic shapes, and ``detect`` on an image (resuming a run
+exactly: tests/cli/test_resume.py)."""
 
 import json
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from aiayn.cli.detect import detect, train_detr
+import aiayn
+from aiayn.cli.detect import detect, evaluate_detr, train_detr
 from aiayn.data.detection import collate, draw_shapes, read_voc, read_voc_annotation, synthetic_shapes
 from shared import DATA
 
@@ -57,21 +59,31 @@ def test_bccd_test_split_reads_as_published():
     assert dropped + dropped_all == 2  # BloodImage_00338 and _00343, whatever split holds them
 
 
-def test_a_short_run_lowers_the_loss_resumes_and_detects(tmp_path):
-    kw = {"steps": 60, "batch_size": 8, "image_size": 128, "n_test": 16, "eval_every": 60, "warmup": 10,
-          "lr": 5e-4, "out": tmp_path, "progress": False, "verbose": False}
+def test_a_short_run_lowers_the_loss_beats_an_untrained_model_and_detects(tmp_path, one_thread):
+    seed = 0
+    kw = {"steps": 200, "batch_size": 8, "image_size": 64, "max_objects": 1, "n_test": 64, "eval_every": 200,
+          "warmup": 20, "lr": 1e-3, "lr_backbone": 1e-3, "clip": 1.0, "seed": seed, "out": tmp_path, "progress": False,
+          "verbose": False}
     result = train_detr(**kw)
     losses = [h["loss"] for h in result["history"]]
-    assert np.mean(losses[-10:]) < 0.9 * np.mean(losses[:10])  # about 17 -> 14: the boxes move to the objects
+    assert np.mean(losses[-10:]) < 0.75 * np.mean(losses[:10])  # about 12 -> 6: the boxes move to the objects
     run = result["run"]
     assert {"args.json", "classes.json", "train_state.safetensors", "model.safetensors", "validation.json"} <= {
         p.name for p in run.iterdir()}
     args = json.loads((run / "args.json").read_text())
-    assert args["task"] == "detect" and args["image_size"] == 128
-    assert 0 <= result["map50"] <= 1 and 0 <= result["map"] <= result["map50"]
+    assert args["task"] == "detect" and args["image_size"] == 64
+    assert 0 <= result["map"] <= result["map50"] <= 1
 
-    resumed = train_detr(**{**kw, "steps": 70}, resume=run)  # continue where it stopped
-    assert len(resumed["history"]) == 70 and resumed["history"][:60] == result["history"]
+    # The baseline is the model the run started from (same config and seed, no update) on the same 64 held-out
+    # canvases. Seeds 0 to 4, untrained -> trained: set loss 11.5 -> 5.7, 11.9 -> 6.3, 11.2 -> 5.6, 11.1 -> 5.4,
+    # 11.9 -> 6.1; mAP@0.5 0.0003 -> 0.42, 0.0007 -> 0.26, 0.0000 -> 0.27, 0.024 -> 0.48, 0.0008 -> 0.37. Another
+    # machine's rounding sends 200 updates down another path, hence wide margins. Trained on the class loss alone
+    # (boxes never learnt), the set loss only falls to 0.76-0.85 of the untrained one, and mAP@0.5 reaches 0.03-0.11.
+    cfg = aiayn.load(run).cfg
+    torch.manual_seed(seed)  # as train_detr does before it builds the model
+    untrained = evaluate_detr(aiayn.build(cfg), synthetic_shapes(64, seed + 1, 64, 1))
+    assert result["validation"][-1]["val_loss"] < 0.65 * untrained["val_loss"]
+    assert result["map50"] > untrained["map50"] + 0.1
 
     from PIL import Image
 

@@ -1,6 +1,9 @@
 """Nothing a user saved is lost, and a run that goes wrong stops with a message that says where."""
 
+import copy
+import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +14,7 @@ import torch
 
 import aiayn
 from aiayn.cli.runs import FolderLocked, Run
-from aiayn.training import fit, load_train_state, save_train_state
+from aiayn.training import fit, load_train_state, save_train_state, train_state_info
 
 
 def flip_last_byte(path):
@@ -37,7 +40,7 @@ def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_naming_the_ke
 
     path = aiayn.save(aiayn.build("transformer-tiny", src_vocab_size=30, tgt_vocab_size=30), tmp_path / "m.safetensors")
     with safe_open(str(path), framework="pt") as f:
-        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not iterable)
     config = json.loads(meta["aiayn_config"])
     config["n_encoder_layers"] = 3  # the config now asks for a layer the file does not hold
     save_file(tensors, tmp_path / "other.safetensors", metadata={**meta, "aiayn_config": json.dumps(config)})
@@ -68,20 +71,36 @@ def test_an_averaged_checkpoint_carries_its_own_digest(tmp_path):
     torch.testing.assert_close(mean.state_dict()[name], (a.state_dict()[name] + b.state_dict()[name]) / 2)
 
 
-def test_a_non_finite_gradient_stops_before_the_update_and_keeps_the_last_save(tmp_path):
-    model = torch.nn.Linear(2, 1)
+def nan_at(call):
+    """A loss for a ``Linear(2, 1)``: finite, but at the given call sqrt'(0) = inf makes the gradient NaN."""
     calls = iter(range(100))
-    saved = []
 
-    def loss_fn(model, batch):  # finite loss; at the 5th update sqrt'(0) = inf gives a NaN gradient
-        n = next(calls)
+    def loss_fn(model, batch):
         out = model(torch.ones(1, 2)).sum()
-        loss = (out * 0).sqrt() if n == 4 else out
+        loss = (out * 0).sqrt() if next(calls) == call else out
         return loss, loss.detach(), 1
 
+    return loss_fn
+
+
+def test_a_non_finite_gradient_stops_before_the_update_and_keeps_the_last_save(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    good = copy.deepcopy(model)  # the same 4 updates with no NaN after them: the weights that must survive
+    fit(good, iter(range(100)), 4, torch.optim.SGD(good.parameters(), lr=0.1), nan_at(None), progress=False)
+    expected = good.state_dict()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    saved = []
+
+    def save(step, history):
+        saved.append(step)
+        save_train_state(tmp_path, model, optimizer, None, step, batches=step)
+
     with pytest.raises(FloatingPointError, match="gradient norm is nan at step 5.*saved after step 4 is intact"):
-        fit(model, iter(range(100)), 10, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn, progress=False,
-            save=lambda step, history: saved.append(step), save_every=2)
+        fit(model, iter(range(100)), 10, optimizer, nan_at(4), progress=False, save=save, save_every=2)
+    assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())  # the 5th update never ran
+    on_disk = torch.nn.Linear(2, 1)
+    state = load_train_state(tmp_path, on_disk, torch.optim.SGD(on_disk.parameters(), lr=0.1), None)
+    assert state["step"] == 4 and all(torch.equal(v, expected[k]) for k, v in on_disk.state_dict().items())
     assert saved == [2, 4]
 
 
@@ -97,33 +116,73 @@ def test_a_second_process_cannot_train_in_a_locked_run_folder(tmp_path):
         other.kill()
         other.wait()
     run = Run(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
-    assert (tmp_path / ".lock").read_text().strip() == str(__import__("os").getpid())
+    assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
     run.unlock()  # training over: this process (a notebook, say) or another may resume the folder
     assert not (tmp_path / ".lock").exists()
 
 
-def _train(out, *extra):
-    return [sys.executable, "-m", "aiayn", "train", "--task", "lm", "--steps", "40", "--eval-every", "20",
-            "--save-every", "1", "--batch-size", "4", "--block", "32", "--no-progress", "--out", str(out), *extra]
+STEPS = 30
+# One torch thread a process, as the one_thread fixture: with two each, on a shared 2-core machine these runs took
+# minutes instead of seconds.
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+# `aiayn train --resume` with a spy on the update its training loop starts after
+RESUME = """\
+import sys
+import aiayn.cli.runs as runs
+fit = runs.fit
+def spy(*args, start, **kwargs):
+    print(f"starts after update {start}", file=sys.stderr)
+    return fit(*args, start=start, **kwargs)
+runs.fit = spy
+from aiayn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _train(out):
+    return subprocess.Popen([sys.executable, "-m", "aiayn", "train", "--task", "lm", "--steps", str(STEPS),
+                             "--eval-every", "15", "--save-every", "1", "--batch-size", "4", "--block", "32",
+                             "--no-progress", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ONE_THREAD)
+
+
+def _saved_step(run):
+    try:
+        return train_state_info(run)["step"]
+    except FileNotFoundError:
+        return 0
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_run_killed_at_a_random_moment_resumes_to_the_weights_of_one_never_killed(tmp_path, seed):
-    straight = subprocess.run(_train(tmp_path / "a"), capture_output=True, text=True, timeout=600)
-    assert straight.returncode == 0, straight.stderr
-    victim = subprocess.Popen(_train(tmp_path / "b"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = tmp_path / "b" / "lm-dates" / "train_state.safetensors"
-    deadline = time.time() + 300
-    while not state.exists() and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(random.Random(seed).uniform(0.0, 1.0))  # somewhere in the middle of training (or of a save)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    resumed = subprocess.run([sys.executable, "-m", "aiayn", "train", "--resume", str(tmp_path / "b" / "lm-dates"),
-                              "--no-progress"], capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr
+    straight = _train(tmp_path / "a")  # trains beside the victim: one thread each, two cores
+    victim = _train(tmp_path / "b")
+    run = tmp_path / "b" / "lm-dates"
+    try:
+        rng = random.Random(seed)
+        after = rng.randint(1, STEPS - 15)  # at least 15 updates before the end, however fast the machine
+        deadline = time.time() + 300
+        while _saved_step(run) < after and victim.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.05))  # somewhere in the next update or in the middle of its save
+        victim.send_signal(signal.SIGKILL)
+        _, errors = victim.communicate(timeout=60)
+        assert victim.returncode == -signal.SIGKILL, errors  # killed, not finished or crashed
+        done = train_state_info(run)["step"]
+        assert 0 < done < STEPS  # a state from the middle of training
+        resumed = subprocess.run([sys.executable, "-c", RESUME, "train", "--resume", str(run), "--no-progress"],
+                                 capture_output=True, text=True, timeout=600, env=ONE_THREAD, check=False)
+        assert resumed.returncode == 0, resumed.stderr
+        assert re.findall(r"starts after update (\d+)", resumed.stderr) == [str(done)]  # that state, not step 0
+        _, errors = straight.communicate(timeout=600)
+        assert straight.returncode == 0, errors
+    finally:
+        for process in (straight, victim):
+            if process.poll() is None:  # a failure above: stop what still runs
+                process.kill()
+                process.wait()
     a = aiayn.load(tmp_path / "a" / "lm-dates").state_dict()
-    b = aiayn.load(tmp_path / "b" / "lm-dates").state_dict()
+    b = aiayn.load(run).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     rows = [(tmp_path / d / "lm-dates" / "history.csv").read_text() for d in "ab"]
     strip = [[line.split(",")[:-1] for line in r.splitlines()] for r in rows]  # all but the seconds column
