@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from collections import Counter
 from shared import DATA
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 import aiayn
 from aiayn.cli import main
 from aiayn.cli.train import train, translate
+from aiayn.data import make_pairs, multi30k
+from aiayn.evaluation import corpus_scores, exact_match
 
 
 def run_cli(*args):
@@ -22,19 +25,31 @@ def copy_run(tmp_path_factory):
                  out=tmp_path_factory.mktemp("r"), progress=False, verbose=False, dropout=0.0, d_model=64, d_ff=256)
 
 
-def test_copy_task_learns_to_100_percent(copy_run):
-    assert copy_run["exact_match"] == 1.0
+def test_copy_task_learns_to_copy_held_out_strings(copy_run):
+    # Baseline: no held-out string occurs in training, so an untrained model and any constant output (here
+    # the commonest training string) get none exactly. Seeds 0, 1, 2 reach 100% on an AVX2 machine and 99%
+    # has been seen on an AVX-512 one, whose float32 kernels round differently: a short run is held to a
+    # wide margin above the baseline, never to 100%.
+    train_pairs, test_pairs = make_pairs("copy", 20000, 100, seed=0)
+    commonest = Counter(t for _, t in train_pairs).most_common(1)[0][0]
+    constant = exact_match([commonest] * len(test_pairs), [t for _, t in test_pairs])
+    assert constant == 0.0
+    assert copy_run["exact_match"] >= 0.9
     run = copy_run["run"]
     assert {"model.safetensors", "src_tokenizer.json", "tgt_tokenizer.json", "run.json", "attention.png"} <= {
         p.name for p in run.iterdir()}
-    assert json.loads((run / "run.json").read_text())["exact_match"] == 1.0
+    assert json.loads((run / "run.json").read_text())["exact_match"] == copy_run["exact_match"]
     assert (run / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_translate_from_a_saved_run(copy_run):
-    assert translate(copy_run["run"], ["abcabc", "jihgfedc"]) == ["abcabc", "jihgfedc"]
+    # The saved run gives back what the trained model wrote for the held-out strings, right or wrong
+    # (how many are right is the learning test's business).
+    samples = copy_run["samples"]
+    assert translate(copy_run["run"], [s["source"] for s in samples]) == [s["output"] for s in samples]
+    expected = translate(copy_run["run"], ["deadbeef"])[0]
     out = run_cli("translate", "--run", str(copy_run["run"]), "deadbeef")
-    assert out.returncode == 0 and out.stdout.strip() == "deadbeef -> deadbeef"
+    assert out.returncode == 0 and out.stdout.strip() == f"deadbeef -> {expected}"
 
 
 def test_count_prints_parameters_by_part(capsys):
@@ -70,12 +85,21 @@ MULTI30K = DATA / "multi30k"
 
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
-    result = train(data="multi30k", data_dir=str(MULTI30K), vocab_size=2000, steps=300, eval_every=100,
+    result = train(data="multi30k", data_dir=str(MULTI30K), vocab_size=2000, steps=600, eval_every=200,
                    max_tokens=1024, warmup=100, lr_factor=0.5, out=tmp_path, progress=False, verbose=False,
-                   d_model=64, d_ff=256)
+                   d_model=64, d_ff=256, dropout=0.0)
     losses = [e["val_loss"] for e in result["validation"]]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
-    assert result["bleu"] > 0.5 and result["validation"][-1]["bleu"] >= 0
+    assert abs(result["validation"][-1]["bleu"] - result["bleu"]) < 1e-9  # the last validation is the final model
+    # Baseline: one sentence written for every input, scored on the same (val) split: the commonest English
+    # training sentence, or a sentence of the corpus's commonest words (4.1 BLEU). Seeds 0, 1, 2 reach 17.4,
+    # 16.5, 16.1 without dropout, which a run this short learns fastest with (with 0.1, after 300 updates,
+    # they were at 4.0-6.7: too close to the constant to hold on every machine).
+    refs = [t for _, t in multi30k(str(MULTI30K), "val")]
+    commonest = Counter(t for _, t in multi30k(str(MULTI30K), "train")).most_common(1)[0][0]
+    constant = max(corpus_scores([c] * len(refs), refs, "en")["bleu"]
+                   for c in (commonest, "A man in a blue shirt is standing in front of a building."))
+    assert result["bleu"] >= constant + 5.0
     run = result["run"]
     assert (run / "best.safetensors").is_file() and (run / "history.csv").read_text().startswith("step,loss,nll")
     # the translation filter: one output line per input line
@@ -85,8 +109,7 @@ def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
     # evaluate scores the saved run on the test split, agreeing with sacrebleu on the same outputs
     import sacrebleu
 
-    from aiayn.cli.train import evaluate, translate
-    from aiayn.data import multi30k
+    from aiayn.cli.train import evaluate
 
     scores = evaluate(run, "multi30k", str(MULTI30K), split="test_2016_flickr", beam=1)
     test = multi30k(str(MULTI30K), "test_2016_flickr")

@@ -3,17 +3,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from shared import DATA
 
 import pytest
 import torch
 
 import aiayn
-from aiayn.cli.lm import generate, train_lm
+from aiayn.cli.lm import date_lines, generate, train_lm
 from aiayn.cli.train import resume_training
-from aiayn.data import BPETokenizer
-
-transformers = pytest.importorskip("transformers")
+from aiayn.data import BPETokenizer, load_tokenizer
 
 
 def run_cli(*args):
@@ -27,10 +26,28 @@ def lm_run(tmp_path_factory):
 
 
 def test_the_default_lm_job_learns(lm_run):
-    losses = [v["val_loss"] for v in lm_run["validation"]]
-    assert losses[1] < losses[0] < math.log(64)  # better than a uniform guess over the characters, and falling
-    assert lm_run["exact_match"] > 0.02  # some held-out dates already converted right after 500 updates
     run = lm_run["run"]
+    # Baselines from the data (train_lm's lines for seed 0): knowing only how often each character occurs, the
+    # unigram entropy of the held-out text, costs 3.2 nats a character (a uniform guess, log 65, costs 4.2);
+    # the best constant answer, the commonest character at each place of the training ISO dates, puts 51%
+    # of the held-out date characters in place and gets no date exactly right. Seeds 0, 1, 2 reach 1.1-1.2
+    # nats after 250 updates and put 75%, 72%, 71% of the characters in place after 500. Exact match (0.7-1.7%
+    # on the three seeds) is too close to the constant's 0% to hold on every machine, so it is not asserted.
+    tok = load_tokenizer(run / "tokenizer.json")
+    counts = Counter(tok.encode("\n".join(date_lines(300, seed=1)) + "\n"))  # the held-out text
+    freq = torch.tensor(list(counts.values()), dtype=torch.float64) / sum(counts.values())
+    unigram_entropy = -(freq * freq.log()).sum().item()
+    losses = [v["val_loss"] for v in lm_run["validation"]]
+    assert losses[1] < losses[0] <= unigram_entropy - 1.0
+
+    train_dates = [" " + line.split(" = ")[1] for line in date_lines(30_000, seed=0)]
+    constant = "".join(Counter(place).most_common(1)[0][0] for place in zip(*train_dates))
+    refs = [s["reference"] for s in lm_run["samples"]]
+
+    def in_place(outputs: list[str]) -> float:
+        return sum(a == b for out, ref in zip(outputs, refs) for a, b in zip(out, ref)) / sum(map(len, refs))
+
+    assert in_place([s["output"] for s in lm_run["samples"]]) >= in_place([constant] * len(refs)) + 0.1
     assert {"model.safetensors", "best.safetensors", "tokenizer.json", "run.json", "history.csv", "args.json",
             "train_state.safetensors"} <= {p.name for p in run.iterdir()}
 
@@ -77,12 +94,19 @@ def test_a_text_file_trains_with_byte_level_bpe(tmp_path):
     small.write_text(path.read_text()[:60_000])
     result = train_lm(data=str(small), vocab_size=500, steps=60, eval_every=30, block=64, batch_size=8,
                       out=tmp_path, progress=False, verbose=False)
-    assert isinstance(aiayn.cli.lm.load_lm_run(result["run"])[1], BPETokenizer)
-    assert result["validation"][-1]["val_loss"] < result["validation"][0]["val_loss"]
+    tok = aiayn.cli.lm.load_lm_run(result["run"])[1]
+    assert isinstance(tok, BPETokenizer)
+    # Baseline: a uniform guess over the tokens (log 500 = 6.2 nats a token), where an untrained model starts.
+    # Seeds 0, 1, 2 reach 5.0-5.1 nats after 60 updates: near the unigram entropy (4.95), which a run this
+    # short does not beat by a margin, so the check is against the uniform guess, and that the loss falls.
+    first, last = result["validation"]
+    assert last["val_loss"] < first["val_loss"]
+    assert last["val_loss"] <= math.log(tok.vocab_size) - 0.8
     assert result["sample"]
 
 
 def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):
+    transformers = pytest.importorskip("transformers")  # the only test here that needs Hugging Face
     tok = BPETokenizer.train(["hello world, the quick brown fox jumps over the lazy dog"] * 20, vocab_size=300)
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(

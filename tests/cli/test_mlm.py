@@ -1,6 +1,10 @@
 import random
+from collections import Counter
+
+import torch
 
 from aiayn.cli.mlm import date_pairs, sentence_pairs, train_mlm
+from aiayn.data.wordpiece import WordPieceTokenizer
 
 
 def test_sentence_pairs_are_half_true_next_sentences():
@@ -19,5 +23,14 @@ def test_a_short_mlm_run_learns_the_masked_tokens(tmp_path):
                        verbose=False)
     first, last = result["validation"]
     assert last["val_loss"] < first["val_loss"]
-    assert last["mlm_accuracy"] > 0.3  # date words and digits: far above chance over a 2,000-token vocabulary
+    # Baselines from the held-out tokens, each of which is equally likely to be masked: always answering the
+    # commonest one is right 22% of the time, and knowing only how often each occurs (the unigram entropy)
+    # costs 4.4 nats a token. Seeds 0, 1, 2 reach 32%, 32%, 34% and 3.2 nats; the margins leave room for all.
+    tok = WordPieceTokenizer.load(result["run"] / "tokenizer.json")
+    counts = Counter(t for a, b, _ in date_pairs(300, seed=1) for text in (a, b)  # train_mlm's held-out pairs
+                     for t in tok.encode(text)[0][1:-1])  # without [CLS] and [SEP]
+    freq = torch.tensor(list(counts.values()), dtype=torch.float64) / sum(counts.values())
+    commonest, unigram_entropy = freq.max().item(), -(freq * freq.log()).sum().item()
+    assert last["mlm_accuracy"] >= commonest + 0.05
+    assert last["val_loss"] <= unigram_entropy - 0.8
     assert (result["run"] / "tokenizer.json").is_file() and (result["run"] / "model.safetensors").is_file()
