@@ -11,14 +11,35 @@ repeated on any machine (busy or quiet, faster or slower) with the same result o
 
 from __future__ import annotations
 
+import argparse
 import math
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from aiayn.training import fit
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def parse_args(p: argparse.ArgumentParser, argv: list[str] | None, quick: dict[str, Any], name: str
+               ) -> argparse.Namespace:
+    """Add ``--out`` and ``--quick`` to ``p`` and parse ``argv``. Under ``--quick`` the defaults become ``quick``
+    (toy sizes; a flag given still wins) and ``--out`` a new temporary folder unless given, so toy numbers never
+    replace measured ones; otherwise ``--out`` is ``benchmarks/results``."""
+    p.add_argument("--out", help="folder for the results (default benchmarks/results; --quick: a new temporary one)")
+    p.add_argument("--quick", action="store_true", help="toy sizes, seconds: checks that it runs, measures nothing")
+    args = p.parse_args(argv)
+    if args.quick:
+        p.set_defaults(**quick)
+        args = p.parse_args(argv)
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix=f"{name}-quick-") if args.quick else str(RESULTS)
+    return args
 
 
 def train_for(

@@ -25,13 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from budget import train_for
+from budget import parse_args, train_for
 
 import aiayn
 from aiayn.cli.detect import evaluate_detr, param_groups, voc_batches
@@ -99,19 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-test", type=int, default=500, help="held-out synthetic canvases")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="folder for detection.json (default benchmarks/results; --quick: a new temporary "
-                                 "folder)")
-    p.add_argument("--quick", action="store_true", help="toy sizes, seconds: checks that it runs, measures nothing")
-    argv = sys.argv[1:] if argv is None else argv
-    args = p.parse_args(argv)
-    if args.quick:
-        p.set_defaults(**QUICK)
-        args = p.parse_args(argv)  # the toy sizes, except where a flag was given
-        if args.out is None:  # toy numbers never replace measured ones
-            args.out = tempfile.mkdtemp(prefix="detection-quick-")
-        if args.bccd_minutes > 0 and not Path(args.bccd_dir).is_dir():
-            print(f"quick: no BCCD at {args.bccd_dir}, shapes only")
-            args.bccd_minutes = 0
+    args = parse_args(p, argv, QUICK, "detection")
+    if args.quick and args.bccd_minutes > 0 and not Path(args.bccd_dir).is_dir():
+        print(f"quick: no BCCD at {args.bccd_dir}, shapes only")
+        args.bccd_minutes = 0
     torch.set_num_threads(args.threads)
     results = {"name": "detection", "args": vars(args),
                "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
@@ -138,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         results["bccd"] = {"classes": classes, "dropped_boxes": dropped + dropped_test,
                            **train_and_score("bccd", model, batches, test, test, args.bccd_minutes, args)}
 
-    out = Path(args.out or HERE / "results") / "detection.json"
+    out = Path(args.out) / "detection.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from budget import train_for
+from budget import parse_args, train_for
 
 import aiayn
 from aiayn.cli.lm import complete
@@ -38,9 +38,11 @@ from aiayn.data import CharTokenizer, lm_batches, lm_blocks
 from aiayn.training import decay_groups
 
 HERE = Path(__file__).parent
+# --quick: a toy model on the first 20,000 characters, 30 updates
+QUICK = {"updates": 30, "d_model": 32, "layers": 1, "heads": 2, "block": 32, "warmup": 5}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"))
     p.add_argument("--updates", type=int, default=11427, help="updates to train (the recipe's)")
@@ -59,12 +61,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="lm_shakespeare")
-    p.add_argument("--out", default=str(HERE / "results"), help="folder for the results file")
-    p.add_argument("--quick", action="store_true", help="a toy model on the first 20,000 characters, 30 updates")
-    args = p.parse_args()
-    if args.quick:
-        args.updates, args.minutes, args.d_model, args.layers, args.heads, args.block, args.warmup = \
-            30, None, 32, 1, 2, 32, 5
+    args = parse_args(p, argv, QUICK, "lm-shakespeare")
     budget = {"minutes": args.minutes} if args.minutes is not None else {"minutes": None, "updates": args.updates}
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from budget import train_for
+from budget import parse_args, train_for
 
 import aiayn
 from aiayn.cli.train import load_pairs, read_corpus, translate_texts
@@ -37,9 +37,11 @@ from aiayn.evaluation import corpus_scores
 from aiayn.training import average_checkpoints, label_smoothed_loss
 
 HERE = Path(__file__).parent
+# --quick: a toy model on 2,000 pairs, 20 updates, 8 pairs to score
+QUICK = {"updates": 20, "vocab_size": 300, "d_model": 64, "layers": 1, "warmup": 5, "max_tokens": 1024}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="multi30k", help="'multi30k' or a TSV file of pairs (Tatoeba's cmn.txt)")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "multi30k"))
@@ -57,19 +59,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default=None)
-    p.add_argument("--out", default=str(HERE / "results"), help="folder for the results files")
-    p.add_argument("--quick", action="store_true", help="a toy model on 2,000 pairs, 20 updates, 8 to score")
     p.add_argument("--replot", metavar="RESULTS", help="train nothing: redraw the curve of a results file")
-    args = p.parse_args()
+    args = parse_args(p, argv, QUICK, "translation")
     if args.replot:
         results = json.loads(Path(args.replot).read_text())
         _plot(results["curve"], Path(args.replot).with_suffix(".png"), results["name"])
         return
-    if args.quick:
-        args.updates, args.minutes, args.vocab_size, args.d_model, args.layers, args.warmup, args.max_tokens = \
-            20, None, 300, 64, 1, 5, 1024
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
 
     multi30k = args.data == "multi30k"
     name = args.name or (f"translation_multi30k_{args.src_lang}_{args.tgt_lang}" if multi30k

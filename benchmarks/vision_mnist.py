@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from budget import train_for
+from budget import parse_args, train_for
 
 import aiayn
 from aiayn.cli.image import batches, classification_loss, predict
@@ -72,16 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-test", type=int, default=0, help="test on the first N test images only (0: all)")
-    p.add_argument("--out", help="folder for vision_mnist.json (default benchmarks/results; --quick: a new temporary "
-                                 "folder)")
-    p.add_argument("--quick", action="store_true", help="toy budget, seconds: checks that it runs, measures nothing")
-    argv = sys.argv[1:] if argv is None else argv
-    args = p.parse_args(argv)
-    if args.quick:
-        p.set_defaults(**QUICK)
-        args = p.parse_args(argv)  # the toy budget, except where a flag was given
-        if args.out is None:  # toy numbers never replace measured ones
-            args.out = tempfile.mkdtemp(prefix="vision-mnist-quick-")
+    args = parse_args(p, argv, QUICK, "vision-mnist")
     torch.set_num_threads(args.threads)
 
     train = read_images(args.data_dir, prefer="train")
@@ -117,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         print(f"{name}: test accuracy {acc:.2%} on {len(test[1]):,} images after {len(history)} updates "
               f"({results['models'][name]['epochs']} epochs) in {trained / 60:.1f} minutes")
-    out = Path(args.out or HERE / "results")
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "vision_mnist.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out / 'vision_mnist.json'}")

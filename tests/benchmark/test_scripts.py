@@ -134,6 +134,25 @@ def test_train_for_a_number_of_updates_runs_the_same_schedule_to_the_floor(monke
         budget.train_for(model, batches, optimizer, loss_fn, 1.0, 3, updates=11)
 
 
+def test_quick_takes_toy_defaults_under_given_flags_and_never_writes_into_the_results():
+    import argparse
+
+    budget = load_budget()
+
+    def parse(*argv):
+        p = argparse.ArgumentParser()
+        p.add_argument("--updates", type=int, default=1000)
+        p.add_argument("--lr", type=float, default=1e-3)
+        return budget.parse_args(p, list(argv), {"updates": 3, "lr": 9.0}, "toy")
+
+    full = parse()
+    assert (full.updates, full.quick, Path(full.out)) == (1000, False, SCRIPTS / "results")
+    quick = parse("--quick", "--lr", "0.5")
+    assert (quick.updates, quick.lr) == (3, 0.5)  # the toy size, and the flag given wins
+    assert Path(quick.out).is_dir() and Path(quick.out).resolve() != (SCRIPTS / "results").resolve()
+    assert parse("--quick", "--out", "there").out == "there"
+
+
 # --- the scripts, --quick ----------------------------------------------------------------------------------
 
 def test_detection_quick(tmp_path):
