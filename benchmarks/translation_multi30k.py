@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         _plot(results["curve"], Path(args.replot).with_suffix(".png"), results["name"])
         return
 
+    torch.set_num_threads(args.threads)
     multi30k = args.data == "multi30k"
     name = args.name or (f"translation_multi30k_{args.src_lang}_{args.tgt_lang}" if multi30k
                          else f"translation_{Path(args.data).stem}_{args.src_lang}_{args.tgt_lang}")

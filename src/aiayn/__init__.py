@@ -24,8 +24,8 @@ def from_hf(source):
 
 
 def embed(folder_or_run, texts):
-    """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.cli.embed.embed`."""
-    from aiayn.cli.embed import embed as run
+    """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.recipes.mlm.embed`."""
+    from aiayn.recipes.mlm import embed as run
 
     return run(folder_or_run, texts)
 

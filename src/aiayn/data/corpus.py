@@ -198,3 +198,43 @@ def multi30k(
                 f"not the published one; delete it to download it again"
             )
     return read_parallel(data_dir / names[0], data_dir / names[1])
+
+
+def read_corpus(data: str | list[str], data_dir: str | os.PathLike | None = None, split: str = "train",
+                src_lang: str = "de", tgt_lang: str = "en") -> list[Pair]:
+    """Pairs of ``"multi30k"`` (its ``split`` from ``data_dir``), a TSV file, or two aligned files."""
+    paths = [data] if isinstance(data, str) else list(data)
+    if paths == ["multi30k"]:
+        if data_dir is None:
+            raise ValueError("data='multi30k' needs data_dir, the folder with its six .gz files")
+        return multi30k(data_dir, split, src_lang, tgt_lang)
+    if len(paths) == 1:
+        return read_tsv(paths[0])
+    if len(paths) == 2:
+        return read_parallel(*paths)
+    raise ValueError(f"data must be 'multi30k', one TSV file or two aligned files, got {len(paths)} paths")
+
+
+def held_out_split(pairs: list[Pair], n_test: int, seed: int) -> tuple[list[Pair], list[Pair]]:
+    """``(train, held_out)``: the last ``n_test`` pairs after a seeded shuffle are held out."""
+    import random
+
+    pairs = list(pairs)
+    random.Random(seed).shuffle(pairs)
+    if len(pairs) <= n_test:
+        raise ValueError(f"data holds {len(pairs)} pairs, not more than the {n_test} to hold out (n_test)")
+    return pairs[:-n_test], pairs[-n_test:]
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The whole text of a UTF-8 file; an empty or undecodable file is an error that names it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no text file at {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}): {e.reason}") from e
+    if not text.strip():
+        raise ValueError(f"{path} holds no text")
+    return text

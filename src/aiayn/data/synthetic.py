@@ -82,3 +82,9 @@ def make_pairs(task: str, n_train: int, n_test: int, seed: int = 0) -> tuple[lis
         if src not in test:
             train.append((src, tgt))
     return train, list(test.items())
+
+
+def date_lines(n: int, seed: int) -> list[str]:
+    """``n`` lines "free date = ISO date" of the dates task (what the lm, denoise recipes learn from)."""
+    pairs, _ = make_pairs("dates", n, 0, seed)
+    return [f"{s} = {t}" for s, t in pairs]

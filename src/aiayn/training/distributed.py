@@ -51,7 +51,7 @@ def launched() -> bool:
 
 def init(fsdp: bool = False) -> None:
     """Join the process group ``torchrun`` describes in the environment, once; nothing for one process.
-    ``fsdp``: models given to :class:`aiayn.cli.runs.Run` are sharded over the ranks (:func:`shard_model`)."""
+    ``fsdp``: models given to :class:`aiayn.training.session.Session` are sharded over the ranks (:func:`shard_model`)."""
     global _FSDP
     _FSDP = fsdp
     if launched() and not dist.is_initialized():

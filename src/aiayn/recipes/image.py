@@ -1,4 +1,4 @@
-"""``aiayn train --task image`` and ``aiayn classify`` as plain functions: ViT or Swin on digit images.
+"""Image classification: ViT or Swin on digit images, and classifying image files with a run.
 
 The default job draws its own data, so it runs with no download: 20,000 digits of a 5 x 7 pixel font,
 each moved, scaled, turned, slanted, thickened and made noisy at random (:func:`synthetic_digits`), 2,000
@@ -14,11 +14,10 @@ confusion matrix on the held-out images.
 
 from __future__ import annotations
 
-import math
 import os
-import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -26,12 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import aiayn
-from aiayn.cli.runs import Run, open_run
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
-from aiayn.io import write_json
-from aiayn.training import adamw_cosine
-from aiayn.viz.confusion import plot_confusion
+from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.training import decay_groups, warmup_cosine
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
 
@@ -88,105 +85,100 @@ def predict(model: torch.nn.Module, images: Tensor, batch_size: int = 500) -> Te
     return torch.cat([model(normalise(images[i : i + batch_size])) for i in range(0, len(images), batch_size)])
 
 
-def train_image(
-    model: str = "vit-tiny",
-    data: str | None = None,
-    data_dir: str | os.PathLike | None = None,
-    test_dir: str | os.PathLike | None = None,
-    steps: int = 400,
-    epochs: float | None = None,
-    batch_size: int = 128,
-    lr: float = 2e-3,
-    warmup: int = 50,
-    weight_decay: float = 0.05,
-    label_smoothing: float = 0.0,
-    shift: int = 2,
-    eval_every: int = 100,
-    accum: int = 1,
-    save_every: int = 500,
-    n_train: int = 20_000,
-    n_test: int = 2_000,
-    seed: int = 0,
-    out: str | os.PathLike = "runs",
-    name: str | None = None,
-    progress: bool = True,
-    show: int = 0,
-    verbose: bool = True,
-    resume: str | os.PathLike | None = None,
-    **overrides: Any,
-) -> dict[str, Any]:
-    """Train a ViT or Swin image classifier and report held-out accuracy.
+@dataclass(frozen=True)
+class Config(RecipeConfig):
+    recipe: ClassVar[str] = "image"
+    data: str | None = setting(None, "mnist (with --data-dir); default: digits the package draws")
+    data_dir: str | None = setting(None, "MNIST's training set: a folder of IDX files or a CSV of pixels and labels")
+    test_dir: str | None = setting(None, "MNIST's test set likewise (its t10k files); default: hold out n_test "
+                                         "training images")
+    n_train: int = setting(20_000, "drawn digits to train on")
+    n_test: int = setting(2_000, "digits held out (MNIST without --test-dir: training images held out)")
+    preset: str = setting("vit-tiny", "the model preset: any ViT or Swin (swin-tiny); its in_channels, "
+                                      "num_classes and image_size are set from the data")
+    steps: int = setting(400, "optimizer updates")
+    batch_size: int = setting(128, "images per batch")
+    lr: float = setting(2e-3, "peak learning rate")
+    weight_decay: float = setting(0.05, "AdamW's, on matrices only (ViT and Swin train with 0.05)")
+    warmup: int = setting(50, "warm-up updates")
+    label_smoothing: float = setting(0.0, "of the cross-entropy (ViT and Swin on ImageNet: 0.1)")
+    shift: int = setting(2, "the augmentation: a random move of up to this many pixels each way")
+    eval_every: int = setting(100, "validate every N updates, keeping the best weights")
 
-    Args:
-        model: a preset, ``"vit-tiny"`` or ``"swin-tiny"`` (any ViT or Swin preset; its ``in_channels``,
-            ``num_classes`` and ``image_size`` are set from the data).
-        data: ``None`` for synthetic digits, ``"mnist"`` for MNIST files in ``data_dir``.
-        data_dir: MNIST's training set: a folder with IDX files (``train-images-idx3-ubyte[.gz]`` and its
-            labels) or a CSV of pixels and labels, or such a file.
-        test_dir: the held-out set likewise (MNIST's ``t10k`` files); default: ``n_test`` training images.
-        steps: optimizer updates; ``epochs``, if given, sets them to that many passes over the training set.
-        shift: the augmentation, a random move of up to this many pixels each way.
-        n_train, n_test: synthetic images drawn for training and held out (MNIST: ``n_test`` held out when
-            there is no ``test_dir``).
-        show: unused (every training command takes it).
-        accum: batches per update (gradient accumulation; under ``torchrun``, on each rank).
-        resume: a run folder to continue (``aiayn train --resume``).
-        overrides: config fields of the preset.
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "n_train", "n_test", "batch_size", "lr")
+        if self.data not in (None, "mnist"):
+            raise ValueError(f"data={self.data!r}: expected None (drawn digits) or 'mnist' (with data_dir)")
+        if self.shift < 0:
+            raise ValueError(f"shift must be >= 0, got {self.shift}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
 
-    Returns:
-        ``{"run", "accuracy", "val_loss", "validation", "history", "seconds"}``.
-    """
-    args = {k: v for k, v in locals().items() if k not in ("progress", "verbose", "show", "out", "name", "resume",
-                                                          "overrides")}
-    say = print if verbose else (lambda *a, **k: None)
-    torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    data_name, train, test = load_image_data(data, data_dir, test_dir, n_train, n_test, seed)
-    if epochs is not None:
-        steps = max(1, math.ceil(epochs * len(train[1]) / batch_size))
-    args.update(overrides, task="image", steps=steps, epochs=None)  # resuming may change steps
-    args.update({k: None if args[k] is None else str(args[k]) for k in ("data_dir", "test_dir")})
-    num_classes = int(max(train[1].max(), test[1].max())) + 1
-    classes = [str(i) for i in range(num_classes)]
-    cfg = aiayn.preset(model, **{"in_channels": train[0].size(1), "num_classes": num_classes,
-                                 "image_size": train[0].size(-1), **overrides})
-    net = aiayn.build(cfg)
-    run_name = f"{model}-{data_name}"
-    say(f"data {data_name}: {len(train[1]):,} training images, {len(test[1]):,} held out, "
-        f"{tuple(train[0].shape[1:])} pixels, {num_classes} classes")
-    say(f"model {model}: {aiayn.count_parameters(net):,} parameters; {steps} updates of {batch_size} images")
-    run = open_run(out, name or run_name, args, resume)
-    optimizer, scheduler = adamw_cosine(net, lr, steps, warmup, weight_decay=weight_decay, betas=(0.9, 0.999))
-    state = Run(run, net, optimizer, scheduler, accum)
-    if resume is not None:
-        state.restore()
 
-    def validate(step: int, history: list[dict[str, float]]) -> None:
-        logits = predict(net, test[0])
-        record = {"step": step, "val_loss": F.cross_entropy(logits, test[1]).item(),
-                  "accuracy": accuracy(logits.argmax(-1), test[1])}
-        state.record(record)
-        say(f"\n  step {step}: held-out loss {record['val_loss']:.3f}, accuracy {record['accuracy']:.1%}")
+class ImageClassification(Recipe):
+    def __init__(self, cfg: Config, folder: Path | None, say) -> None:
+        super().__init__(cfg, folder, say)
+        self.data_name, self.train, self.test = load_image_data(cfg.data, cfg.data_dir, cfg.test_dir, cfg.n_train,
+                                                                cfg.n_test, cfg.seed)
+        images = self.train[0]
+        num_classes = int(max(self.train[1].max(), self.test[1].max())) + 1
+        self.classes = [str(i) for i in range(num_classes)]
+        self.files = {}
+        self.mcfg = aiayn.preset(cfg.preset, **{"in_channels": images.size(1), "num_classes": num_classes,
+                                                "image_size": images.size(-1), **cfg.model})
+        self.model = aiayn.build(self.mcfg)
+        self.run_name = f"{cfg.preset}-{self.data_name}"
+        say(f"data {self.data_name}: {len(self.train[1]):,} training images, {len(self.test[1]):,} held out, "
+            f"{tuple(images.shape[1:])} pixels, {num_classes} classes")
+        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+            f"{cfg.batch_size} images")
 
-    history = state.fit(batches(train, batch_size, shift, seed, start=state.position), steps,
-                        classification_loss(label_smoothing), progress=progress, desc=f"train {run_name}",
-                        every=eval_every, callback=validate, save_every=save_every)
-    net = state.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
-    if net is None:  # the other ranks: rank 0 evaluates and writes the rest
-        return {"run": run, "history": history}
-    aiayn.save(net, run)
-    matrix = confusion_matrix(predict(net, test[0]).argmax(-1), test[1], num_classes)
-    last = state.validation[-1]
-    plot_confusion(matrix, classes, run / "confusion.png",
-                   title=f"{model} on {data_name}: held-out accuracy {last['accuracy']:.1%}")
-    result = {"run": run, "accuracy": last["accuracy"], "val_loss": last["val_loss"], "validation": state.validation,
-              "history": history, "seconds": time.perf_counter() - t0}
-    write_json(run / "run.json", {"data": data_name, "classes": classes, "config": aiayn.models.config_to_dict(cfg),
-                                  "confusion": matrix.tolist(), **args,
-                                  **{k: v for k, v in result.items() if k not in ("run", "history")}})
-    say(f"on {len(test[1]):,} held-out images: accuracy {last['accuracy']:.1%}   ({result['seconds']:.0f} s); "
-        f"saved {run}/ (confusion.png)")
-    return result
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999))
+
+    def schedule(self, step: int, total: int) -> float:
+        return warmup_cosine(step, self.cfg.warmup, total)
+
+    def batches(self, start: int):
+        return batches(self.train, self.cfg.batch_size, self.cfg.shift, self.cfg.seed, start=start)
+
+    def loss(self, model, batch):
+        return classification_loss(self.cfg.label_smoothing)(model, batch)
+
+    def validate(self, model) -> dict[str, float]:
+        logits = predict(model, self.test[0])
+        return {"val_loss": F.cross_entropy(logits, self.test[1]).item(), "accuracy": accuracy(logits.argmax(-1),
+                                                                                                self.test[1])}
+
+    def describe(self, record: dict[str, float]) -> str:
+        return f"held-out loss {record['val_loss']:.3f}, accuracy {record['accuracy']:.1%}"
+
+    def finish(self, model, folder: Path, validation: list[dict[str, float]]) -> dict[str, Any]:
+        from aiayn.viz.confusion import plot_confusion
+
+        matrix = confusion_matrix(predict(model, self.test[0]).argmax(-1), self.test[1], len(self.classes))
+        last = validation[-1]
+        plot_confusion(matrix, self.classes, folder / "confusion.png",
+                       title=f"{self.cfg.preset} on {self.data_name}: held-out accuracy {last['accuracy']:.1%}")
+        self.say(f"on {len(self.test[1]):,} held-out images: accuracy {last['accuracy']:.1%} (confusion.png)")
+        return {"accuracy": last["accuracy"], "val_loss": last["val_loss"], "classes": self.classes,
+                "confusion": matrix.tolist()}
+
+
+@torch.no_grad()
+def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike) -> dict[str, Any]:
+    """``{"accuracy", "loss", "confusion", "n"}`` of an image run on a folder of labelled images (MNIST's IDX
+    files or a CSV of pixels and labels)."""
+    model = aiayn.load(run).eval()
+    images, labels = read_images(data_dir, prefer="t10k")
+    if tuple(images.shape[1:]) != (model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size):
+        raise ValueError(f"{data_dir} holds images of {tuple(images.shape[1:])}; the model takes "
+                         f"{(model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size)}")
+    logits = predict(model, images)
+    matrix = confusion_matrix(logits.argmax(-1), labels, model.cfg.num_classes)
+    return {"accuracy": accuracy(logits.argmax(-1), labels), "loss": F.cross_entropy(logits, labels).item(),
+            "confusion": matrix.tolist(), "n": len(labels)}
 
 
 def read_image_file(path: str | os.PathLike) -> Tensor:
@@ -260,5 +252,5 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
             for path, ci, pi in zip(image_paths, idx.tolist(), p.tolist())]
 
 
-__all__ = ["batches", "classification_loss", "classify", "load_image_data", "predict", "prepare", "read_image_file",
-           "train_image"]
+__all__ = ["Config", "ImageClassification", "batches", "classification_loss", "classify", "image_accuracy",
+           "load_image_data", "predict", "prepare", "read_image_file"]

@@ -1,4 +1,4 @@
-"""``aiayn convert``: a Hugging Face model folder -> an aiayn run folder that ``aiayn generate`` (GPT-2)
+"""A Hugging Face model folder -> an aiayn run folder that ``aiayn generate`` (GPT-2)
 or ``aiayn translate`` (Marian) can use.
 
     FOLDER/config.json + model.safetensors (or pytorch_model.bin) [+ tokenizer.json]

@@ -1,4 +1,4 @@
-"""``aiayn count`` as plain functions: parameters and forward multiply-adds of any preset, by part.
+"""Parameters and forward multiply-adds of any preset, by part (what ``aiayn count`` prints).
 
 Parameters are counted module by module on the meta device (no weights: ``gpt3-175b`` counts on a laptop) and
 the multiply-adds come from the closed-form formulas of :mod:`aiayn.analysis.formulas`, which the tests hold

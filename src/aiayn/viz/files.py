@@ -1,4 +1,4 @@
-"""``aiayn viz`` as a plain function: the pictures of :mod:`aiayn.viz`, written as PNG files into a folder.
+"""The pictures of :mod:`aiayn.viz`, written as PNG files (what ``aiayn viz`` makes).
 
     positional   sinusoidal encodings (both layouts) and their dot products      positional.png
     masks        padding, causal, combined, Swin's shifted windows                masks.png
@@ -6,6 +6,7 @@
     smoothing    section 5.4's label-smoothed target                              smoothing.png
     complexity   global vs window attention, measured and by formula              complexity.png
     attention    a translation run's three kinds of attention for a sentence      attention-{encoder,decoder,cross}.png
+    history      a run's loss, learning rate, speed and validation numbers         history.png
     all          all of the above (attention only when a run is given)
 """
 
@@ -15,7 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-WHATS = ("positional", "masks", "schedule", "smoothing", "complexity", "attention", "all")
+WHATS = ("positional", "masks", "schedule", "smoothing", "complexity", "attention", "history", "all")
 
 
 def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike,
@@ -23,7 +24,7 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
     """Every layer and head of encoder self-, decoder self- and encoder-decoder attention of the model in ``run``
     (a folder of ``aiayn train``) reading ``text`` and producing ``target`` (default: its own greedy
     translation); the tokens on the axes."""
-    from aiayn.cli.train import load_run, translate_texts
+    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.data import seq2seq_batch
     from aiayn.viz import plot_model_attention
 
@@ -38,7 +39,7 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
 def attention_page(run: str | os.PathLike, text: str, path: str | os.PathLike, target: str | None = None) -> Path:
     """The interactive viewer (:func:`aiayn.viz.attention_html`) of the same three kinds of attention as
     :func:`attention_pictures`, as one self-contained HTML file."""
-    from aiayn.cli.train import load_run, translate_texts
+    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.data import seq2seq_batch
     from aiayn.viz import attention_weights
     from aiayn.viz.html import attention_html
@@ -62,8 +63,8 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
 
     Args:
         what: one of :data:`WHATS`.
-        out: the folder for the PNG files.
-        run: a translation run folder (``attention``).
+        out: the folder for the PNG files; for one picture, a path ending in ``.png`` is the file itself.
+        run: a translation run folder (``attention``), any run folder (``history``).
         text: the source sentence whose attention to draw (``attention``).
         target: the translation to draw it for (``attention``; default the model's greedy one).
         html: also write the interactive viewer of that attention to this HTML file (``attention``).
@@ -76,26 +77,38 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         raise ValueError(f"what={what!r} must be one of {WHATS}")
     if what == "attention" and (run is None or text is None):
         raise ValueError("viz attention needs --run (a folder of `aiayn train`) and --text (a sentence)")
+    if what == "history" and run is None:
+        raise ValueError("viz history needs --run (a folder of `aiayn train`)")
     for name, value in (("--d-model", d_model), ("--positions", positions), ("--channels", channels),
                         ("--heads", heads), ("--window", window), ("--repeats", repeats)):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
     out = Path(out)
+    file = out if out.suffix.lower() == ".png" else None  # one picture: the file itself
+    if file is not None and what in ("attention", "all"):
+        raise ValueError(f"viz {what} writes several pictures: --out must be a folder, got {out}")
+    if file is not None:
+        out = file.parent
     wanted = WHATS[:5] if what == "all" else (what,)
+    name = {w: file or out / f"{w}.png" for w in wanted}
     paths = []
     if "positional" in wanted:
-        paths.append(pictures.plot_positional(out / "positional.png", d_model, positions))
+        paths.append(pictures.plot_positional(name["positional"], d_model, positions))
     if "masks" in wanted:
-        paths.append(pictures.plot_masks(out / "masks.png"))
+        paths.append(pictures.plot_masks(name["masks"]))
     if "schedule" in wanted:
-        paths.append(pictures.plot_schedule(out / "schedule.png"))
+        paths.append(pictures.plot_schedule(name["schedule"]))
     if "smoothing" in wanted:
-        paths.append(pictures.plot_label_smoothing(out / "smoothing.png"))
+        paths.append(pictures.plot_label_smoothing(name["smoothing"]))
     if "complexity" in wanted:
         from aiayn.analysis.complexity import attention_costs
 
         rows = attention_costs(sides, channels, heads, window, repeats)
-        paths.append(pictures.plot_complexity(rows, out / "complexity.png"))
+        paths.append(pictures.plot_complexity(rows, name["complexity"]))
+    if what == "history":
+        from aiayn.viz.history import plot_history
+
+        paths.append(plot_history(run, name["history"]))
     if what == "attention" or (what == "all" and run is not None and text is not None):
         paths.extend(attention_pictures(run, text, out, target))
         if html is not None:

@@ -1,7 +1,10 @@
-"""A run folder and what every training command keeps in it.
+"""A run folder, and the training session that keeps it.
+
+A *run* is a folder; a :class:`Session` is the training going on in one (saving, resuming, keeping the
+best weights); ``state.py`` is the format of its resumable state file.
 
     runs/<name>/
-      args.json                 the arguments the run was started with (``--resume`` reads them)
+      args.json                 the recipe's settings (its ``Config``; ``--resume`` reads them)
       train_state.safetensors   weights, optimizer, schedule, data position, random state
       model.safetensors         the final weights and config (``aiayn.load``)
       best.safetensors          the weights with the lowest validation loss so far
@@ -57,7 +60,7 @@ def open_run(out: str | os.PathLike, name: str, args: dict[str, Any], resume: st
 
 
 def read_args(run: str | os.PathLike) -> dict[str, Any]:
-    """The arguments ``run`` was started with."""
+    """The settings ``run`` was started with (``args.json``)."""
     file = Path(run) / "args.json"
     if not file.is_file():
         raise FileNotFoundError(f"{run} holds no args.json; is it a run folder written by `aiayn train`?")
@@ -113,7 +116,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class Run:
+class Session:
     """The training side of a run folder: saving and restoring the state, keeping the best weights.
 
     Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it. With
@@ -156,19 +159,31 @@ class Run:
         self._history = state["extra"]["history"]
         return state["step"], self._history
 
-    def fit(self, batches, steps: int, loss_fn, **options: Any) -> list[dict[str, float]]:
-        """:func:`aiayn.training.fit` of this run's model, optimizer and schedule, from where :meth:`restore`
-        left it (or the start), saving into the folder; the folder is unlocked when training ends, and a
-        Ctrl-C says how to resume. ``options``: the rest of ``fit``'s arguments (``callback``, ``clip``, ...).
+    @property
+    def step(self) -> int:
+        """Updates done so far."""
+        return len(self._history)
+
+    def fit(self, batches, steps: int, loss_fn, unlock: bool = True, **options: Any) -> list[dict[str, float]]:
+        """:func:`aiayn.training.fit` of this run's model, optimizer and schedule up to update ``steps``, from
+        where :meth:`restore` or the last ``fit`` left it, saving into the folder; ``batches`` must continue
+        the stream the last ``fit`` read. A Ctrl-C says how to resume; the folder is unlocked when training
+        ends (``unlock=False``: more ``fit`` follows). ``options``: the rest of ``fit``'s arguments.
         """
         try:
-            return fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler, accum=self.accum,
-                       start=self._restored[0], history=self._history, save=self.save, **options)
+            self._history = fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler,
+                                accum=self.accum, start=self.step, history=self._history, save=self.save, **options)
+            return self._history
         except KeyboardInterrupt as e:
+            unlock = True
             raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {self.folder}`"
                                     ) from None
+        except BaseException:
+            unlock = True
+            raise
         finally:
-            self.unlock()
+            if unlock:
+                self.unlock()
 
     def save(self, step: int, history: list[dict[str, float]]) -> None:
         """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; every rank takes part,

@@ -1,0 +1,203 @@
+"""What every recipe shares: the settings every task takes, and the one runner that trains any task.
+
+A recipe is a task: its ``Config`` (a frozen dataclass; every setting with its default, stated once) and a
+:class:`Recipe` subclass holding the task's parts: data and model (``__init__``), optimizer and schedule,
+batches, loss, validation, and the final evaluation. :func:`run` does what every task repeats:
+
+    seed -> the recipe's data and model -> run folder (args.json = the Config) -> Session -> resume
+         -> fit (validating every ``eval_every`` updates) -> the whole model (gathered under FSDP)
+         -> model.safetensors -> final evaluation -> run.json -> report
+
+``--minutes`` (``Config.minutes``): the run times its first updates (all inside the warm-up, where no
+schedule depends on the total), fixes ``steps`` to fill the budget at that speed, and writes the fitted
+``steps`` into ``args.json``, so the schedule ends on time and a resumed run continues the same schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+import aiayn
+from aiayn.io import write_json
+from aiayn.training import distributed
+from aiayn.training.session import Session, open_run
+
+# The updates a time budget is measured on (never more than the warm-up, whose rate ignores the total).
+TIMING_UPDATES = 20
+
+
+def setting(default: Any, help: str) -> Any:  # noqa: A002 (the argparse word)
+    """A ``Config`` field with its help text, which is also its command-line flag's help."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class RecipeConfig:
+    """The settings of every recipe. Each task's ``Config`` adds its own and restates the defaults it changes."""
+
+    recipe: ClassVar[str] = ""
+    preset: str = setting("", "the model preset (any of `aiayn count --help`'s); its fields can be --set")
+    model: dict = setting({}, "config fields of the preset, e.g. {'d_model': 256} (command line: --set d_model=256)")
+    steps: int = setting(1000, "optimizer updates")
+    minutes: float | None = setting(None, "train for this many minutes of updates instead: steps are fitted to "
+                                          "the speed of the first updates, so the schedule ends on time")
+    warmup: int = setting(100, "updates of linear learning-rate warm-up")
+    accum: int = setting(1, "batches per update (gradient accumulation; under torchrun, on each rank)")
+    eval_every: int = setting(0, "validate every N updates, keeping the best weights (0: at the end only)")
+    save_every: int = setting(500, "write the training state every N updates (and on Ctrl-C), for --resume")
+    bf16: bool = setting(False, "forward and loss under bf16 autocast (far slower on CPUs without bf16 units)")
+    compile: bool = setting(False, "train through torch.compile (on a small CPU it did not pay)")
+    seed: int = setting(0, "seeds the data, the initial weights and every batch")
+    out: str = setting("runs", "folder that gets the run folder")
+    name: str | None = setting(None, "run folder name (default: from the task and data)")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "accum"):
+            _at_least(self, name, 1)
+        for name in ("warmup", "eval_every", "save_every"):
+            _at_least(self, name, 0)
+        if self.minutes is not None and not self.minutes > 0:
+            raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if not isinstance(self.model, dict):
+            raise ValueError(f"model must be a dict of config fields, got {type(self.model).__name__}")
+        aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``args.json`` holds: the recipe's name and every field."""
+        return {"recipe": self.recipe, **dataclasses.asdict(self)}
+
+
+def _at_least(cfg: Any, name: str, low: float) -> None:
+    value = getattr(cfg, name)
+    if value is None or value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def positive(cfg: Any, *names: str) -> None:
+    """Refuse a setting that is not > 0, naming it."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+
+
+class Recipe:
+    """One task's parts. ``__init__`` prepares the data, the tokenizer and the model (a resumed run reads its
+    tokenizer back from ``folder``); :func:`run` calls the rest.
+
+    Attributes set by ``__init__``:
+        model: the model to train.
+        run_name: the default run folder name.
+        files: what the run folder keeps beside the weights (file name -> a tokenizer, or JSON data).
+    """
+
+    clip: float | None = 1.0  # the maximum gradient norm
+    model: nn.Module
+    run_name: str
+    files: dict[str, Any]
+
+    def __init__(self, cfg: RecipeConfig, folder: Path | None, say: Callable[..., None]) -> None:
+        self.cfg, self.say = cfg, say
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def schedule(self, step: int, total: int) -> float:
+        """The learning-rate multiplier at (0-based) update ``step`` of ``total`` (LambdaLR's)."""
+        raise NotImplementedError
+
+    def batches(self, start: int) -> Iterator[Any]:
+        """The endless training stream, from batch ``start`` on (a resumed run continues where it stopped)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(loss sum, nll sum, count)`` of one batch (:func:`aiayn.training.fit`'s ``loss_fn``)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """Held-out numbers, ``val_loss`` among them (the best checkpoint is the lowest)."""
+        raise NotImplementedError
+
+    def describe(self, record: dict[str, float]) -> str:
+        """One line for a validation record."""
+        return ", ".join(f"{k} {v:.3f}" for k, v in record.items() if k != "step")
+
+    def finish(self, model: nn.Module, folder: Path, validation: list[dict[str, float]]) -> dict[str, Any]:
+        """The final evaluation of the trained ``model`` (on rank 0): prints it, writes any pictures into
+        ``folder``, and returns the numbers for ``run.json`` (``samples`` may be a list)."""
+        return dict(validation[-1])
+
+
+def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | Path | None = None, progress: bool = True,
+        verbose: bool = True) -> dict[str, Any]:
+    """Train ``recipe`` as ``cfg`` says (or continue the run folder ``resume``), evaluate, save.
+
+    Returns:
+        ``{"run": folder, "history", "validation", "seconds", ...the recipe's final numbers}``; on ranks other
+        than 0 only ``run`` and ``history``.
+    """
+    say = print if verbose else (lambda *a, **k: None)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    folder = None if resume is None else Path(resume)
+    task = recipe(cfg, folder, say)
+    folder = open_run(cfg.out, cfg.name or task.run_name, cfg.to_dict(), folder, task.files)
+    optimizer = task.optimizer()
+    plan = {"total": cfg.steps}
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: task.schedule(i, plan["total"]))
+    session = Session(folder, task.model, optimizer, scheduler, cfg.accum)
+    if resume is not None:
+        done, _ = session.restore()
+        say(f"resuming {folder} after update {done} of {cfg.steps}")
+
+    def validate(step: int, history: list[dict[str, float]]) -> None:
+        record = {"step": step, **task.validate(task.model)}
+        session.record(record)
+        say(f"\n  step {step}: {task.describe(record)}")
+
+    batches = task.batches(session.position)
+    options = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
+               "autocast": "bf16" if cfg.bf16 else None, "compile": cfg.compile}
+    if cfg.minutes is not None and resume is None:
+        plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, options, folder, say)
+    history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}", every=cfg.eval_every,
+                          callback=validate, **options)
+    model = session.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
+    if model is None:  # the other ranks: rank 0 evaluates and writes the rest
+        return {"run": folder, "history": history}
+    aiayn.save(model, folder)
+    result = task.finish(model, folder, session.validation)
+    seconds = time.perf_counter() - t0
+    write_json(folder / "run.json", {"data": task.run_name, "config": aiayn.models.config_to_dict(model.cfg),
+                                     "settings": cfg.to_dict(), "steps": plan["total"], **result,
+                                     "final_loss": history[-1]["loss"], "seconds": round(seconds, 1)})
+    say(f"saved {folder}/ ({seconds:.0f} s)")
+    return {"run": folder, **result, "history": history, "validation": session.validation, "seconds": seconds}
+
+
+def _fit_to_budget(cfg: RecipeConfig, session: Session, batches: Iterator[Any], loss_fn, options: dict[str, Any],
+                   folder: Path, say: Callable[..., None]) -> int:
+    """Time the first updates (inside the warm-up), and return the updates that fill ``cfg.minutes`` at that
+    speed; ``args.json`` gets them as ``steps``."""
+    timed = max(1, min(cfg.warmup, TIMING_UPDATES))
+    history = session.fit(batches, timed, loss_fn, unlock=False, desc="timing", **options)
+    first, last = history[0]["seconds"], history[-1]["seconds"]
+    per_update = (last - first) / (timed - 1) if timed > 1 else last  # the first update also warms up kernels
+    steps = max(timed + 1, timed + math.floor((cfg.minutes * 60 - last) / per_update))  # 1 more: validates
+    steps = int(distributed.broadcast(steps))  # every rank takes rank 0's plan
+    if distributed.is_main():
+        write_json(folder / "args.json", dataclasses.replace(cfg, steps=steps).to_dict())
+    say(f"{cfg.minutes:g} minutes at {per_update:.2f} s an update: {steps:,} updates")
+    return steps

@@ -1,0 +1,70 @@
+"""Scoring a saved run on data, whatever its task: what ``aiayn evaluate`` prints.
+
+    translation   BLEU and chrF (sacrebleu, detokenized) and exact match     --data multi30k | TSV | two files
+    lm            loss and perplexity on a text file                          --data FILE
+    mlm           masked-token and next-sentence accuracy on a text file      --data FILE
+    image         accuracy and the confusion matrix                           --data-dir MNIST files
+    detect        mAP@0.5, mAP@[.5:.95] and the set loss                      --data-dir VOC folder [--split val]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from aiayn.training.session import read_args
+
+# the settings each task's evaluation takes
+TAKES = {
+    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam"},
+    "lm": {"data"},
+    "mlm": {"data"},
+    "image": {"data_dir"},
+    "detect": {"data_dir", "split"},
+}
+
+
+def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
+    """The numbers of the run folder ``run`` on the data ``settings`` name (see the table above).
+
+    Raises:
+        ValueError: a setting the run's task does not take, or one it needs is missing.
+    """
+    args = read_args(run)
+    task = args.get("recipe")
+    if task not in TAKES:
+        raise ValueError(f"{run} is a {task} run; evaluate scores {', '.join(TAKES)} runs")
+    extra = sorted(set(settings) - TAKES[task])
+    if extra:
+        raise ValueError(f"evaluating a {task} run takes {sorted(TAKES[task])}, not {extra}")
+    need = "data" if task in ("translation", "lm", "mlm") else "data_dir"
+    if settings.get(need) is None:
+        raise ValueError(f"evaluating a {task} run needs --{need.replace('_', '-')}")
+    if task == "translation":
+        from aiayn.recipes.translation import evaluate as bleu
+
+        langs = {k: settings.get(k) or args.get(k) for k in ("src_lang", "tgt_lang")}
+        beam = settings.get("beam", 4)
+        scores = bleu(run, settings["data"], settings.get("data_dir"), settings.get("split", "test_2016_flickr"),
+                      beam=beam, **langs)
+        return {**scores, "beam": beam}
+    data = settings.get("data")
+    file = data[0] if isinstance(data, list) and len(data) == 1 else data
+    if task in ("lm", "mlm") and not isinstance(file, (str, Path)):
+        raise ValueError(f"evaluating a {task} run takes one text file as --data, got {data}")
+    if task == "lm":
+        from aiayn.recipes.lm import perplexity
+
+        return perplexity(run, file)
+    if task == "mlm":
+        from aiayn.recipes.mlm import masked_accuracy
+
+        return masked_accuracy(run, file)
+    if task == "image":
+        from aiayn.recipes.image import image_accuracy
+
+        return image_accuracy(run, settings["data_dir"])
+    from aiayn.recipes.detect import evaluate_voc
+
+    return evaluate_voc(run, settings["data_dir"], settings.get("split", "val"))

@@ -1,0 +1,230 @@
+"""Language modelling: a GPT on made-up date lines or any text file, and generating with a run.
+
+The default data is one line per date, written freely in English and then in ISO form ("tuesday, march
+5th, 2019 = 2019-03-05"). A small GPT learns to continue text; asked to continue a held-out "<date> =" it
+must write the ISO date, so its exact-match accuracy shows what it learned. On a text file (byte-level BPE
+by default, or characters) it reports validation loss and perplexity, and prints a sample.
+
+The training is GPT-2's as nanoGPT runs it: AdamW (0.9, 0.95), weight decay 0.1 on matrices only, linear
+warm-up then cosine decay to a tenth of the peak, gradients clipped at norm 1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+import aiayn
+from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
+from aiayn.decoding import sample, stream
+from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.training import decay_groups, distributed, warmup_cosine
+
+
+@dataclass(frozen=True)
+class Config(RecipeConfig):
+    recipe: ClassVar[str] = "lm"
+    data: str | None = setting(None, "a UTF-8 text file (its last 10% held out); default: made-up date lines")
+    tokenizer: str | None = setting(None, "bpe (byte-level; default for a file) or char (default for the lines)")
+    vocab_size: int = setting(4000, "BPE vocabulary")
+    n_train: int = setting(30_000, "made-up lines to train on")
+    n_test: int = setting(300, "made-up lines held out (and completed at the end)")
+    preset: str = setting("gpt-tiny", "the model preset")
+    steps: int = setting(1500, "optimizer updates")
+    block: int = setting(64, "context length of training blocks (at most the model's max_len)")
+    batch_size: int = setting(16, "blocks per batch")
+    lr: float = setting(3e-3, "peak learning rate (small models take a larger one than GPT-2's 6e-4)")
+    beta2: float = setting(0.95, "AdamW's second-moment decay (GPT-3, nanoGPT)")
+    weight_decay: float = setting(0.1, "AdamW's, on matrices only")
+    warmup: int = setting(50, "warm-up updates")
+    clip: float = setting(1.0, "maximum gradient norm")
+    eval_every: int = setting(200, "validate every N updates, keeping the best weights")
+    eval_blocks: int = setting(128, "held-out blocks a validation reads")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "vocab_size", "n_train", "n_test", "block", "batch_size", "lr", "clip", "eval_blocks")
+        if self.tokenizer not in (None, "char", "bpe"):
+            raise ValueError(f"tokenizer={self.tokenizer!r}: expected 'bpe' or 'char'")
+        if not 0 < self.beta2 < 1:
+            raise ValueError(f"beta2 must be in (0, 1), got {self.beta2}")
+
+
+class LanguageModel(Recipe):
+    def __init__(self, cfg: Config, folder: Path | None, say) -> None:
+        super().__init__(cfg, folder, say)
+        self.clip = cfg.clip
+        if cfg.data is None:
+            train_text = "\n".join(date_lines(cfg.n_train, cfg.seed)) + "\n"
+            self.test_lines = date_lines(cfg.n_test, cfg.seed + 1)
+            self.val_text = "\n".join(self.test_lines) + "\n"
+            self.run_name, kind = "lm-dates", cfg.tokenizer or "char"
+        else:
+            text = read_text(cfg.data)
+            cut = int(len(text) * 0.9)
+            train_text, self.val_text, self.test_lines = text[:cut], text[cut:], []
+            self.run_name, kind = f"lm-{Path(cfg.data).stem}", cfg.tokenizer or "bpe"
+        if folder is not None:
+            tok = load_tokenizer(folder / "tokenizer.json")
+        elif kind == "char":
+            tok = CharTokenizer.train([train_text])
+        else:
+            tok = BPETokenizer.train(train_text.splitlines(keepends=True), vocab_size=cfg.vocab_size)
+        self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
+        self.files = {"tokenizer.json": tok}
+        self.train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
+        val_ids = torch.tensor(tok.encode(self.val_text), dtype=torch.long)
+        self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
+        if cfg.block > self.mcfg.max_len:
+            raise ValueError(f"block={cfg.block} is longer than the model's max_len={self.mcfg.max_len}")
+        self.model = aiayn.build(self.mcfg)
+        self.val_batches = lm_blocks(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
+        say(f"data {self.run_name}: {self.train_ids.numel():,} training tokens, {val_ids.numel():,} held out "
+            f"({kind}, vocabulary {tok.vocab_size:,})")
+        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+            f"{cfg.batch_size} x {cfg.accum} blocks of {cfg.block} tokens")
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        return torch.optim.AdamW(decay_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, cfg.beta2))
+
+    def schedule(self, step: int, total: int) -> float:
+        return warmup_cosine(step, self.cfg.warmup, total)
+
+    def batches(self, start: int):
+        return lm_batches(self.train_ids, self.cfg.block, self.cfg.batch_size, self.cfg.seed, start=start)
+
+    def loss(self, model, batch):
+        x, y = batch
+        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), reduction="sum")
+        return loss, loss.detach(), y.numel()
+
+    @torch.no_grad()
+    def validate(self, model) -> dict[str, float]:
+        model.eval()
+        total = sum(self.loss(model, b)[0].item() for b in self.val_batches)
+        loss = total / sum(b[1].numel() for b in self.val_batches)
+        return {"val_loss": loss, "perplexity": math.exp(loss)}
+
+    def describe(self, record: dict[str, float]) -> str:
+        return f"validation loss {record['val_loss']:.3f}, perplexity {record['perplexity']:.2f}"
+
+    def finish(self, model, folder: Path, validation: list[dict[str, float]]) -> dict[str, Any]:
+        say, tok, last = self.say, self.tok, validation[-1]
+        result: dict[str, Any] = {"val_loss": last["val_loss"], "perplexity": last["perplexity"]}
+        if self.test_lines:  # made-up lines: complete "<date> =" and score the ISO dates
+            prompts = [line.split(" = ")[0] + " =" for line in self.test_lines]
+            outputs = complete(model, tok, prompts, max_new_tokens=14, stop=["\n"])
+            refs = [" " + line.split(" = ")[1] for line in self.test_lines]
+            result["exact_match"] = sum(o == r for o, r in zip(outputs, refs)) / len(refs)
+            result["samples"] = [{"prompt": p, "output": o, "reference": r} for p, o, r in zip(prompts, outputs, refs)]
+            say("\nheld-out prompts: prompt -> continuation   [reference]")
+            for s in result["samples"][:6]:
+                say(f"  {s['prompt']:>36} ->{s['output']}   [{s['reference'].strip()}] "
+                    f"{'ok' if s['output'] == s['reference'] else '--'}")
+            say(f"\non {len(refs)} held-out dates: exact match {result['exact_match']:.1%}")
+            prompt = prompts[0]
+        else:
+            prompt = self.val_text[:80]
+        gen = torch.Generator().manual_seed(self.cfg.seed)
+        room = max(1, min(200, self.mcfg.max_len - len(tok.encode(prompt)) - 1))  # prompt + sample within max_len
+        result["sample"] = complete(model, tok, [prompt], room, temperature=0.8, top_k=40, generator=gen)[0]
+        if not self.test_lines:
+            say(f"\nsample (temperature 0.8, top-k 40) after {prompt!r}:\n{result['sample']}")
+        say(f"validation loss {result['val_loss']:.3f} (perplexity {result['perplexity']:.2f})")
+        say(f"try: aiayn generate --run {folder} --prompt \"{prompt}\"")
+        return result
+
+
+def complete(model, tok, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
+             **sampling: Any) -> list[str]:
+    """The text each prompt continues with (prompt not included), cut before the first stop string."""
+    ids = sample(model, [tok.encode(p) for p in prompts], max_new_tokens, eos_id=tok.eos_id,
+                 **{"temperature": 0.0, **sampling})
+    out = []
+    for p, row in zip(prompts, ids):
+        text = tok.decode(row[len(tok.encode(p)):])
+        out.append(_cut(text, stop or [])[0])
+    return out
+
+
+def _cut(text: str, stop: list[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string, and whether one was found."""
+    hits = [text.index(s) for s in stop if s and s in text]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
+def load_lm_run(run: str | os.PathLike):
+    """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``)."""
+    run = Path(run)
+    if not (run / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
+    if (run / "src_tokenizer.json").is_file():
+        raise ValueError(f"{run} is a translation run: use `aiayn translate --run {run}`")
+    if not (run / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{run} holds no tokenizer.json")
+    return aiayn.load(run).eval(), load_tokenizer(run / "tokenizer.json")
+
+
+def generate(
+    run: str | os.PathLike,
+    prompt: str,
+    max_new_tokens: int = 200,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop: list[str] | None = None,
+    seed: int | None = None,
+) -> Iterator[str]:
+    """Yield the continuation of ``prompt`` piece by piece as the model makes it (for streaming), until
+    ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded)."""
+    model, tok = load_lm_run(run)
+    ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
+    if not ids:
+        raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
+    room = model.cfg.max_len - len(ids)
+    if room < 1:
+        raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    new: list[int] = []
+    shown = ""
+    for nxt in stream(model, [ids], min(max_new_tokens, room), temperature, top_k, top_p, gen, tok.eos_id):
+        token = int(nxt[0])
+        if token == tok.eos_id:
+            break
+        new.append(token)
+        text, stopped = _cut(tok.decode(new), stop or [])
+        if text.endswith("\ufffd") and not stopped:  # half of a multi-byte character: wait for the rest
+            continue
+        if len(text) > len(shown):
+            yield text[len(shown):]
+            shown = text
+        if stopped:
+            break
+
+
+@torch.no_grad()
+def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | None = None,
+               batch_size: int = 16) -> dict[str, float]:
+    """``{"loss", "perplexity", "tokens"}`` of the run's model on a whole text file, in blocks of ``block``
+    tokens (default the model's ``max_len``), each token predicted from the ones before it in its block."""
+    model, tok = load_lm_run(run)
+    ids = torch.tensor(tok.encode(read_text(path)), dtype=torch.long)
+    block = min(block or model.cfg.max_len, model.cfg.max_len, ids.numel() - 1)
+    if block < 1:
+        raise ValueError(f"{path} holds too little text to score ({ids.numel()} tokens)")
+    batches = lm_blocks(ids, block, batch_size)
+    total = sum(F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+                for x, y in batches)
+    n = sum(y.numel() for _, y in batches)
+    return {"loss": total / n, "perplexity": math.exp(total / n), "tokens": n}
+
+
+__all__ = ["Config", "LanguageModel", "complete", "generate", "load_lm_run", "perplexity"]

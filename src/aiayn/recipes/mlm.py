@@ -1,0 +1,263 @@
+"""Masked language modelling: BERT pre-training (masked LM plus next-sentence prediction), and embedding
+sentences with a BERT.
+
+Every example is a pair ``[CLS] A [SEP] B [SEP]``: B is the line after A half of the time (label 0,
+"is next") and a random line otherwise (label 1). 15% of the non-special tokens are chosen for the
+masked-LM loss (80% shown as [MASK], 10% as a random token, 10% unchanged). The loss is the mean over
+chosen tokens plus the mean next-sentence loss, as BERT sums the two.
+
+The default data is made up, so it runs with no download: A is a date written freely in English and B
+an ISO date, the same date (is next) or another one; the model must learn date words to fill masks and
+to read both forms to tell whether they agree.
+
+Sentence embeddings (:func:`embed`): text -> WordPiece ([CLS] text [SEP]) -> BERT -> mean of the real
+tokens' states -> L2-normalised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import aiayn
+from aiayn.data import make_pairs, read_text
+from aiayn.data.masking import IGNORE, mask_tokens
+from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.models.bert import BERT, mean_pool
+from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.training import decay_groups, distributed, warmup_cosine
+
+Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next label
+
+
+def sentence_pairs(lines: list[str], rng: random.Random) -> list[tuple[str, str, int]]:
+    """``(A, B, label)`` for consecutive lines: B follows A (label 0) or is a random other line (1), half each."""
+    out = []
+    for i in range(len(lines) - 1):
+        if rng.random() < 0.5:
+            out.append((lines[i], lines[i + 1], 0))
+        else:
+            j = rng.randrange(len(lines) - 1)
+            j = j + 1 if j >= i else j  # never A itself
+            out.append((lines[i], lines[j], int(j != i + 1)))
+    return out
+
+
+def date_pairs(n: int, seed: int) -> list[tuple[str, str, int]]:
+    """Made-up pairs: a free-English date and the ISO form of the same date (0) or of another (1)."""
+    rng = random.Random(seed)
+    pairs, _ = make_pairs("dates", n, 0, seed)
+    out = []
+    for free, iso in pairs:
+        if rng.random() < 0.5:
+            out.append((free, iso, 0))
+        else:
+            other = pairs[rng.randrange(len(pairs))][1]
+            out.append((free, other, int(other != iso)))
+    return out
+
+
+def encode(tok: WordPieceTokenizer, pairs: list[tuple[str, str, int]], max_len: int) -> list[Example]:
+    """Token ids of ``[CLS] A [SEP] B [SEP]``, the longer side cut until the pair fits ``max_len``."""
+    out = []
+    for a, b, label in pairs:
+        ids_a, ids_b = tok.encode(a)[0][1:-1], tok.encode(b)[0][1:-1]
+        while len(ids_a) + len(ids_b) + 3 > max_len:
+            (ids_a if len(ids_a) >= len(ids_b) else ids_b).pop()
+        ids = [tok.cls_id, *ids_a, tok.sep_id, *ids_b, tok.sep_id]
+        out.append((ids, [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1), label))
+    return out
+
+
+def collate(examples: list[Example], tok: WordPieceTokenizer, vocab_size: int, generator: torch.Generator):
+    """``(inputs, segments, attention mask, mlm labels, nsp labels)`` with fresh masking."""
+    width = max(len(e[0]) for e in examples)
+    ids = torch.tensor([e[0] + [tok.pad_id] * (width - len(e[0])) for e in examples])
+    segments = torch.tensor([e[1] + [0] * (width - len(e[1])) for e in examples])
+    inputs, labels = mask_tokens(ids, tok.mask_id, vocab_size, (tok.pad_id, tok.cls_id, tok.sep_id),
+                                 generator=generator, first_normal_id=5)
+    return inputs, segments, (ids != tok.pad_id).long(), labels, torch.tensor([e[2] for e in examples])
+
+
+def batches(examples: list[Example], batch_size: int, tok, vocab_size: int, seed: int, start: int = 0):
+    """Endless shuffled batches; batch k is drawn and masked from a generator seeded with ``(seed, k)``."""
+    k = start
+    while True:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + k)
+        idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
+        yield collate([examples[i] for i in idx], tok, vocab_size, gen)
+        k += 1
+
+
+def losses(model, batch):
+    """``(masked-LM loss sum, its logits (N, V), next-sentence loss sum, its logits (B, 2), N chosen tokens)``."""
+    inputs, segments, mask, labels, nsp = batch
+    hidden = model(inputs, segments, mask)
+    chosen = labels != IGNORE
+    mlm_logits = model.mlm_logits(hidden[chosen])  # only the chosen positions: (N, V)
+    mlm = F.cross_entropy(mlm_logits, labels[chosen], reduction="sum")
+    nsp_logits = model.nsp_logits(hidden)
+    return mlm, mlm_logits, F.cross_entropy(nsp_logits, nsp, reduction="sum"), nsp_logits, int(chosen.sum())
+
+
+@torch.no_grad()
+def scores(model, held_out: list) -> dict[str, float]:
+    """``{"val_loss" (per masked token), "mlm_accuracy", "nsp_accuracy"}`` on batches of :func:`collate`."""
+    model.eval()
+    mlm_loss = hits = n = nsp_hits = pairs = 0
+    for batch in held_out:
+        mlm, mlm_logits, _, nsp_logits, k = losses(model, batch)
+        labels = batch[3]
+        mlm_loss, n = mlm_loss + mlm.item(), n + k
+        hits += int((mlm_logits.argmax(-1) == labels[labels != IGNORE]).sum())
+        nsp_hits += int((nsp_logits.argmax(-1) == batch[4]).sum())
+        pairs += batch[4].numel()
+    return {"val_loss": mlm_loss / n, "mlm_accuracy": hits / n, "nsp_accuracy": nsp_hits / pairs}
+
+
+@dataclass(frozen=True)
+class Config(RecipeConfig):
+    recipe: ClassVar[str] = "mlm"
+    data: str | None = setting(None, "a UTF-8 text file, one sentence per line, consecutive lines continuing each "
+                                     "other (the last 10% held out); default: made-up date pairs")
+    vocab_size: int = setting(2000, "WordPiece vocabulary")
+    n_train: int = setting(20_000, "made-up pairs to train on")
+    n_test: int = setting(500, "made-up pairs held out")
+    preset: str = setting("bert-tiny", "the model preset")
+    max_len: int = setting(64, "tokens per pair")
+    batch_size: int = setting(32, "pairs per batch")
+    lr: float = setting(1e-3, "peak learning rate")
+    weight_decay: float = setting(0.01, "AdamW's, on matrices only (BERT)")
+    warmup: int = setting(100, "warm-up updates")
+    eval_every: int = setting(250, "validate every N updates, keeping the best weights")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "vocab_size", "n_train", "n_test", "max_len", "batch_size", "lr")
+
+
+class MaskedLM(Recipe):
+    def __init__(self, cfg: Config, folder: Path | None, say) -> None:
+        super().__init__(cfg, folder, say)
+        if cfg.data is None:
+            train_pairs, test_pairs = date_pairs(cfg.n_train, cfg.seed), date_pairs(cfg.n_test, cfg.seed + 1)
+            self.run_name = "mlm-dates"
+        else:
+            lines = [line.strip() for line in read_text(cfg.data).splitlines() if line.strip()]
+            cut = int(len(lines) * 0.9)
+            rng = random.Random(cfg.seed)
+            train_pairs, test_pairs = sentence_pairs(lines[:cut], rng), sentence_pairs(lines[cut:], rng)
+            self.run_name = f"mlm-{Path(cfg.data).stem}"
+        if len(test_pairs) < 1:
+            raise ValueError("the held-out part of the data makes no sentence pairs; give a longer file")
+        if folder is not None:
+            tok = WordPieceTokenizer.load(folder / "tokenizer.json")
+        else:
+            tok = WordPieceTokenizer.train([t for a, b, _ in train_pairs for t in (a, b)], vocab_size=cfg.vocab_size)
+        self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
+        self.files = {"tokenizer.json": tok}
+        self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
+                                                "cls_id": tok.cls_id, "sep_id": tok.sep_id, "mask_id": tok.mask_id,
+                                                "max_len": cfg.max_len, "head": "pretraining", **cfg.model})
+        self.model = aiayn.build(self.mcfg)
+        self.train_ex, test_ex = encode(tok, train_pairs, cfg.max_len), encode(tok, test_pairs, cfg.max_len)
+        eval_gen = torch.Generator().manual_seed(12345)
+        self.held_out = [collate(test_ex[i : i + 64], tok, self.mcfg.vocab_size, eval_gen)
+                         for i in range(0, len(test_ex), 64)]
+        self.n_test = len(test_ex)
+        say(f"data {self.run_name}: {len(self.train_ex):,} training pairs, {len(test_ex):,} held out; WordPiece "
+            f"{tok.vocab_size:,}")
+        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+            f"{cfg.batch_size} pairs")
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999))
+
+    def schedule(self, step: int, total: int) -> float:
+        return warmup_cosine(step, self.cfg.warmup, total)
+
+    def batches(self, start: int):
+        return batches(self.train_ex, self.cfg.batch_size, self.tok, self.mcfg.vocab_size, self.cfg.seed, start=start)
+
+    def loss(self, model, batch):
+        mlm, _, nsp, _, n = losses(model, batch)
+        b = batch[0].size(0)
+        return mlm + nsp * (n / b), mlm.detach(), n  # per token: mean MLM loss + mean NSP loss
+
+    def validate(self, model) -> dict[str, float]:
+        return scores(model, self.held_out)
+
+    def describe(self, record: dict[str, float]) -> str:
+        return (f"masked-token loss {record['val_loss']:.3f}, accuracy {record['mlm_accuracy']:.1%}; "
+                f"next-sentence accuracy {record['nsp_accuracy']:.1%}")
+
+    def finish(self, model, folder: Path, validation: list[dict[str, float]]) -> dict[str, Any]:
+        last = validation[-1]
+        self.say(f"on {self.n_test:,} held-out pairs: masked-token accuracy {last['mlm_accuracy']:.1%}, "
+                 f"next-sentence accuracy {last['nsp_accuracy']:.1%}")
+        return {"mlm_accuracy": last["mlm_accuracy"], "nsp_accuracy": last["nsp_accuracy"],
+                "val_loss": last["val_loss"]}
+
+
+@torch.no_grad()
+def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int = 0) -> dict[str, float]:
+    """``{"mlm_accuracy", "nsp_accuracy", "val_loss", "pairs"}`` of a masked-LM run on a text file (one sentence
+    per line): every consecutive pair, masked as in training with a fixed seed."""
+    run = Path(run)
+    model = aiayn.load(run).eval()
+    tok = WordPieceTokenizer.load(run / "tokenizer.json")
+    lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    examples = encode(tok, sentence_pairs(lines, random.Random(seed)), model.cfg.max_len)
+    if not examples:
+        raise ValueError(f"{path} makes no sentence pairs: it needs at least two lines")
+    gen = torch.Generator().manual_seed(seed)
+    held_out = [collate(examples[i : i + 64], tok, model.cfg.vocab_size, gen) for i in range(0, len(examples), 64)]
+    return {**scores(model, held_out), "pairs": len(examples)}
+
+
+def load_bert(folder: str | os.PathLike) -> tuple[BERT, WordPieceTokenizer, int]:
+    """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder."""
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        model = aiayn.from_hf(folder)
+    elif (folder / "model.safetensors").is_file():
+        model = aiayn.load(folder)
+    else:
+        raise FileNotFoundError(f"{folder} holds neither a Hugging Face model (config.json) nor an aiayn checkpoint")
+    if not isinstance(model, BERT):
+        raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT")
+    if (folder / "tokenizer.json").is_file():
+        tok = WordPieceTokenizer.load(folder / "tokenizer.json")
+    elif (folder / "vocab.txt").is_file():
+        tok = WordPieceTokenizer.from_vocab(folder / "vocab.txt")
+    else:
+        raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
+    max_len = model.cfg.max_len
+    st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
+    if st.is_file():
+        max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
+    return model.eval(), tok, max_len
+
+
+@torch.no_grad()
+def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64) -> Tensor:
+    """``(N, C)`` L2-normalised sentence embeddings of ``texts`` (mean pooling over real tokens)."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, got one string")
+    model, tok, max_len = load_bert(folder)
+    out = []
+    for i in range(0, len(texts), batch_size):
+        ids, types, mask = tok.batch(texts[i : i + batch_size], max_len)
+        out.append(mean_pool(model(ids, types, mask), mask))
+    return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
+
+
+__all__ = ["Config", "MaskedLM", "date_pairs", "embed", "load_bert", "masked_accuracy", "sentence_pairs"]
