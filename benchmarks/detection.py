@@ -32,9 +32,9 @@ import torch
 from budget import parse_args, train_for
 
 import aiayn
-from aiayn.cli.detect import evaluate_detr, param_groups, voc_batches
 from aiayn.data.detection import SHAPES, collate, read_voc, shape_batches, synthetic_shapes
 from aiayn.models.detr.criterion import SetCriterion
+from aiayn.recipes.detect import evaluate_detr, param_groups, voc_batches
 
 HERE = Path(__file__).parent
 # --quick: a few seconds of training on small canvases and a few held-out ones

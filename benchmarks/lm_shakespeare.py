@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from budget import parse_args, train_for
 
 import aiayn
-from aiayn.cli.lm import complete
 from aiayn.data import CharTokenizer, lm_batches, lm_blocks
+from aiayn.recipes.lm import complete
 from aiayn.training import decay_groups
 
 HERE = Path(__file__).parent

@@ -4,9 +4,10 @@
     python benchmarks/translation_multi30k.py --minutes 60         # as many updates as 60 minutes allow
     python benchmarks/translation_multi30k.py --quick              # a toy run of a few seconds (a smoke test)
     python benchmarks/translation_multi30k.py --data ../shared/data/tatoeba-cmn-eng/cmn.txt \\
-        --src-lang en --tgt-lang zh --minutes 20                   # Tatoeba en -> zh
+        --src-lang en --tgt-lang zh --updates 510                  # Tatoeba en -> zh (20 minutes here)
 
-The recipe is the paper's (post-norm, label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
+The training is the ``multi30k-de-en`` recipe preset (``aiayn train multi30k-de-en``): the paper's (post-norm,
+label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
 fitted to the run (``budget.py``): after a linear warm-up the rate decays linearly to zero at the last
 update, and the checkpoints of the last 20% are averaged (section 6.1 averages the last 5). 1,433 updates
 is what 60 minutes gave on this kind of machine; ``--updates`` makes the run the same on a busy machine.
@@ -31,9 +32,9 @@ import torch
 from budget import parse_args, train_for
 
 import aiayn
-from aiayn.cli.train import load_pairs, read_corpus, translate_texts
-from aiayn.data import encode_pairs, token_batches, train_tokenizers
+from aiayn.data import encode_pairs, held_out_split, read_corpus, token_batches, train_tokenizers
 from aiayn.evaluation import corpus_scores
+from aiayn.recipes.translation import translate_texts
 from aiayn.training import average_checkpoints, label_smoothed_loss
 
 HERE = Path(__file__).parent
@@ -70,8 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     multi30k = args.data == "multi30k"
     name = args.name or (f"translation_multi30k_{args.src_lang}_{args.tgt_lang}" if multi30k
                          else f"translation_{Path(args.data).stem}_{args.src_lang}_{args.tgt_lang}")
-    _, train_pairs, val_pairs = load_pairs("", args.data, args.data_dir, args.src_lang, args.tgt_lang, 0, 1000,
-                                           args.seed)
+    if multi30k:
+        train_pairs, val_pairs = (read_corpus("multi30k", args.data_dir, split, args.src_lang, args.tgt_lang)
+                                  for split in ("train", "val"))
+    else:
+        train_pairs, val_pairs = held_out_split(read_corpus(args.data), 1000, args.seed)
     if multi30k:
         test_pairs, test_name = read_corpus("multi30k", args.data_dir, "test_2016_flickr", args.src_lang,
                                             args.tgt_lang), "test_2016_flickr"

@@ -26,9 +26,9 @@ import torch
 from budget import parse_args, train_for
 
 import aiayn
-from aiayn.cli.image import batches, classification_loss, predict
 from aiayn.data.images import read_images
 from aiayn.evaluation.classification import accuracy, confusion_matrix
+from aiayn.recipes.image import batches, classification_loss, predict
 from aiayn.training import decay_groups
 
 HERE = Path(__file__).parent

@@ -26,10 +26,11 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
-from aiayn.cli.train import load_run, train
+from aiayn import recipes
 from aiayn.data import seq2seq_batch
 from aiayn.decoding import greedy
 from aiayn.layers import causal_mask, padding_mask, record_attention, sinusoidal_encoding
+from aiayn.recipes.translation import load_run
 
 torch.manual_seed(0)
 torch.set_printoptions(precision=3, sci_mode=False)
@@ -46,8 +47,8 @@ def check(name, ours, library, atol=1e-5):
 # 在复制任务上更新两百次: 模型学会把输入原样写出, 所以它的编码器-解码器注意力应当沿对角线分布。
 
 # %%
-run = train(task="copy", steps=200, n_train=5000, n_test=50, out=tempfile.mkdtemp(), progress=False,
-            verbose=False, show=0)["run"]
+run = recipes.train("copy", steps=200, n_train=5000, n_test=50, out=tempfile.mkdtemp(), progress=False,
+                    verbose=False)["run"]
 model, src_tok, tgt_tok = load_run(run)
 model.eval()
 torch.set_grad_enabled(False)  # 之后只做计算, 不做训练

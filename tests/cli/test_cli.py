@@ -2,16 +2,17 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from shared import DATA
 
 import pytest
 import torch
 
 import aiayn
+from aiayn import recipes
 from aiayn.cli import main
-from aiayn.cli.train import train, translate
 from aiayn.data import make_pairs, multi30k
 from aiayn.evaluation import corpus_scores, exact_match
+from aiayn.recipes.translation import translate
+from shared import DATA
 
 
 def run_cli(*args):
@@ -21,8 +22,9 @@ def run_cli(*args):
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
     """The copy task (The Annotated Transformer's first example), short enough for CI."""
-    return train(task="copy", steps=800, warmup=100, max_tokens=512, n_train=20000, n_test=100,
-                 out=tmp_path_factory.mktemp("r"), progress=False, verbose=False, dropout=0.0, d_model=64, d_ff=256)
+    return recipes.train("copy", steps=800, warmup=100, max_tokens=512, n_train=20000, n_test=100,
+                         out=str(tmp_path_factory.mktemp("r")), progress=False, verbose=False,
+                         model={"dropout": 0.0, "d_model": 64, "d_ff": 256})
 
 
 def test_copy_task_learns_to_copy_held_out_strings(copy_run):
@@ -62,8 +64,8 @@ def test_count_prints_parameters_by_part(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--steps", "-3"], "--steps must be positive"),
-    (["train", "--task", "nope"], "invalid choice: 'nope'"),
+    (["train", "--steps", "-3"], "steps must be >= 1, got -3"),
+    (["train", "--task", "nope"], "unknown recipe 'nope'"),
     (["train", "--bogus"], "unrecognized arguments: --bogus"),
     (["count", "transformer-bsae"], "did you mean 'transformer-base'"),
     (["translate", "--run", "/nonexistent", "x"], "holds no model.safetensors"),
@@ -85,9 +87,9 @@ MULTI30K = DATA / "multi30k"
 
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
-    result = train(data="multi30k", data_dir=str(MULTI30K), vocab_size=2000, steps=600, eval_every=200,
-                   max_tokens=1024, warmup=100, lr_factor=0.5, out=tmp_path, progress=False, verbose=False,
-                   d_model=64, d_ff=256, dropout=0.0)
+    result = recipes.train("translation", data=["multi30k"], data_dir=str(MULTI30K), vocab_size=2000, steps=600,
+                           eval_every=200, max_tokens=1024, warmup=100, lr_factor=0.5, out=str(tmp_path),
+                           progress=False, verbose=False, model={"d_model": 64, "d_ff": 256, "dropout": 0.0})
     losses = [e["val_loss"] for e in result["validation"]]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2]
     assert abs(result["validation"][-1]["bleu"] - result["bleu"]) < 1e-9  # the last validation is the final model
@@ -109,7 +111,7 @@ def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
     # evaluate scores the saved run on the test split, agreeing with sacrebleu on the same outputs
     import sacrebleu
 
-    from aiayn.cli.train import evaluate
+    from aiayn.recipes.translation import evaluate
 
     scores = evaluate(run, "multi30k", str(MULTI30K), split="test_2016_flickr", beam=1)
     test = multi30k(str(MULTI30K), "test_2016_flickr")
@@ -120,7 +122,7 @@ def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
 
 @pytest.mark.slow
 def test_default_job_reaches_95_percent_exact_match(tmp_path):
-    result = train(out=tmp_path, progress=False, verbose=False)
+    result = recipes.train(out=str(tmp_path), progress=False, verbose=False)
     assert result["exact_match"] >= 0.95
 
 
@@ -134,13 +136,11 @@ def test_average_command_writes_a_loadable_checkpoint(copy_run, tmp_path):
 
 
 def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
-    common = dict(task="copy", warmup=10, max_tokens=256, n_train=500, n_test=20, progress=False, verbose=False,
-                  show=0, d_model=32, d_ff=64)
-    straight = train(steps=24, out=tmp_path / "a", **common)
-    first = train(steps=14, save_every=5, out=tmp_path / "b", **common)
-    from aiayn.cli.train import resume_training
-
-    resumed = resume_training(first["run"], steps=24, verbose=False, progress=False, show=0)
+    common = dict(warmup=10, max_tokens=256, n_train=500, n_test=20, progress=False, verbose=False,
+                  model={"d_model": 32, "d_ff": 64})
+    straight = recipes.train("copy", steps=24, out=str(tmp_path / "a"), **common)
+    first = recipes.train("copy", steps=14, save_every=5, out=str(tmp_path / "b"), **common)
+    resumed = recipes.resume(first["run"], steps=24, verbose=False, progress=False)
     assert resumed["run"] == first["run"]
     a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -152,9 +152,9 @@ def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--task", "lm", "--data", "a.txt", "b.txt"], "--task lm takes one text file"),
+    (["train", "--task", "lm", "--data", "a.txt", "b.txt"], "unrecognized arguments: b.txt"),
     (["train", "--task", "lm", "--data", "/nonexistent.txt"], "no text file at /nonexistent.txt"),
-    (["train", "--task", "lm", "--block", "0"], "--block must be positive"),
+    (["train", "--task", "lm", "--block", "0"], "block must be positive, got 0"),
     (["generate", "--run", "/nonexistent"], "holds no model.safetensors"),
     (["convert", "/nonexistent", "/tmp/out"], "holds no config.json"),
     (["convert", "hf-bert2", "/x", "/y"], "unknown kind 'hf-bert2'"),
@@ -162,3 +162,8 @@ def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
 def test_bad_lm_and_convert_command_lines_exit_2(args, message):
     out = run_cli(*args)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_generate_on_a_translation_run_points_to_translate(copy_run):
+    out = run_cli("generate", "--run", str(copy_run["run"]), "--prompt", "abc")
+    assert out.returncode == 2 and "is a translation run: use `aiayn translate" in out.stderr

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
+from aiayn import recipes
 from aiayn.cli import main
-from aiayn.cli.denoise import split_sentences, train_denoise
 from aiayn.data import BPETokenizer, load_tokenizer
 from aiayn.data.noising import corrupt
+from aiayn.recipes.denoise import split_sentences
 
 
 def test_bpe_with_mask_gives_it_id_4_and_never_makes_it_from_text(tmp_path):
@@ -39,8 +40,8 @@ def test_split_sentences_keeps_the_text_and_the_token_budget():
 
 
 def test_a_short_denoising_run_learns_to_reconstruct(tmp_path):
-    result = train_denoise(steps=150, eval_every=75, n_train=3000, n_test=100, out=tmp_path, progress=False,
-                           verbose=False)
+    result = recipes.train("denoise", steps=150, eval_every=75, n_train=3000, n_test=100, out=str(tmp_path),
+                           progress=False, verbose=False)
     first, last = result["validation"]
     assert last["val_loss"] < first["val_loss"]
     s = result["samples"][0]
@@ -53,5 +54,6 @@ def test_a_short_denoising_run_learns_to_reconstruct(tmp_path):
 
 
 def test_bad_noise_names_are_refused_on_the_command_line(capsys):
-    assert main(["train", "--task", "denoise", "--noise", "permute,shuffle", "--out", "/nonexistent"]) == 2
-    assert "shuffle" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        main(["train", "--task", "denoise", "--noise", "permute,shuffle", "--out", "/nonexistent"])
+    assert exit.value.code == 2 and "shuffle" in capsys.readouterr().err

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.cli.detect import detect, evaluate_detr, train_detr
+from aiayn import recipes
 from aiayn.data.detection import collate, draw_shapes, read_voc, read_voc_annotation, synthetic_shapes
+from aiayn.recipes.detect import detect, evaluate_detr
 from shared import DATA
 
 BCCD = DATA / "bccd"
@@ -62,16 +63,16 @@ def test_bccd_test_split_reads_as_published():
 def test_a_short_run_lowers_the_loss_beats_an_untrained_model_and_detects(tmp_path, one_thread):
     seed = 0
     kw = {"steps": 200, "batch_size": 8, "image_size": 64, "max_objects": 1, "n_test": 64, "eval_every": 200,
-          "warmup": 20, "lr": 1e-3, "lr_backbone": 1e-3, "clip": 1.0, "seed": seed, "out": tmp_path, "progress": False,
-          "verbose": False}
-    result = train_detr(**kw)
+          "warmup": 20, "lr": 1e-3, "lr_backbone": 1e-3, "clip": 1.0, "seed": seed, "out": str(tmp_path),
+          "progress": False, "verbose": False}
+    result = recipes.train("detect", **kw)
     losses = [h["loss"] for h in result["history"]]
     assert np.mean(losses[-10:]) < 0.75 * np.mean(losses[:10])  # about 12 -> 6: the boxes move to the objects
     run = result["run"]
     assert {"args.json", "classes.json", "train_state.safetensors", "model.safetensors", "validation.json"} <= {
         p.name for p in run.iterdir()}
     args = json.loads((run / "args.json").read_text())
-    assert args["task"] == "detect" and args["image_size"] == 64
+    assert args["recipe"] == "detect" and args["image_size"] == 64
     assert 0 <= result["map"] <= result["map50"] <= 1
 
     # The baseline is the model the run started from (same config and seed, no update) on the same 64 held-out
@@ -80,7 +81,7 @@ def test_a_short_run_lowers_the_loss_beats_an_untrained_model_and_detects(tmp_pa
     # machine's rounding sends 200 updates down another path, hence wide margins. Trained on the class loss alone
     # (boxes never learnt), the set loss only falls to 0.76-0.85 of the untrained one, and mAP@0.5 reaches 0.03-0.11.
     cfg = aiayn.load(run).cfg
-    torch.manual_seed(seed)  # as train_detr does before it builds the model
+    torch.manual_seed(seed)  # as the recipe does before it builds the model
     untrained = evaluate_detr(aiayn.build(cfg), synthetic_shapes(64, seed + 1, 64, 1))
     assert result["validation"][-1]["val_loss"] < 0.65 * untrained["val_loss"]
     assert result["map50"] > untrained["map50"] + 0.1

@@ -5,26 +5,27 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.cli import image
-from aiayn.cli.image import classify, train_image
-from aiayn.cli.runs import read_args
+from aiayn import recipes
 from aiayn.data.images import random_shift, read_csv_images, read_idx, read_images, synthetic_digits
+from aiayn.recipes import image
+from aiayn.recipes.image import classify
+from aiayn.training.session import read_args
 
 
 def test_a_short_run_learns_and_classify_reads_pngs_and_arrays(tmp_path, one_thread):
-    result = train_image(steps=120, batch_size=64, n_train=3000, n_test=300, eval_every=60, out=tmp_path,
-                         progress=False, verbose=False)
+    result = recipes.train("image", steps=120, batch_size=64, n_train=3000, n_test=300, eval_every=60,
+                           out=str(tmp_path), progress=False, verbose=False)
     first, last = result["validation"]
     # Baseline: always answering the commonest class of the held-out digits (balanced: 10%). Seeds 0, 1, 2
     # reach 74%, 59%, 76% after 120 updates; 30 points above the majority class leaves room for all of them.
-    held_out_labels = synthetic_digits(300, seed=1)[1]  # train_image's held-out set for seed 0
+    held_out_labels = synthetic_digits(300, seed=1)[1]  # the recipe's held-out set for seed 0
     majority = torch.bincount(held_out_labels).max().item() / len(held_out_labels)
     assert last["accuracy"] >= majority + 0.3
     assert last["val_loss"] < first["val_loss"]
     run = result["run"]
     for name in ("model.safetensors", "train_state.safetensors", "confusion.png", "validation.json", "run.json"):
         assert (run / name).is_file(), name
-    assert read_args(run)["task"] == "image"
+    assert read_args(run)["recipe"] == "image"
 
     from PIL import Image
 

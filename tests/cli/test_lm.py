@@ -4,15 +4,16 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from shared import DATA
 
 import pytest
 import torch
 
 import aiayn
-from aiayn.cli.lm import date_lines, generate, train_lm
-from aiayn.cli.train import resume_training
-from aiayn.data import BPETokenizer, load_tokenizer
+import aiayn.recipes.lm
+from aiayn import recipes
+from aiayn.data import BPETokenizer, date_lines, load_tokenizer
+from aiayn.recipes.lm import generate, load_lm_run
+from shared import DATA
 
 
 def run_cli(*args):
@@ -22,12 +23,13 @@ def run_cli(*args):
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     """The default LM job, shortened for CI: made-up date lines, characters, a tiny GPT."""
-    return train_lm(steps=500, eval_every=250, out=tmp_path_factory.mktemp("lm"), progress=False, verbose=False)
+    return recipes.train("lm", steps=500, eval_every=250, out=str(tmp_path_factory.mktemp("lm")), progress=False,
+                         verbose=False)
 
 
 def test_the_default_lm_job_learns(lm_run):
     run = lm_run["run"]
-    # Baselines from the data (train_lm's lines for seed 0): knowing only how often each character occurs, the
+    # Baselines from the data (the lm recipe's lines for seed 0): knowing only how often each character occurs, the
     # unigram entropy of the held-out text, costs 3.2 nats a character (a uniform guess, log 65, costs 4.2);
     # the best constant answer, the commonest character at each place of the training ISO dates, puts 51%
     # of the held-out date characters in place and gets no date exactly right. Seeds 0, 1, 2 reach 1.1-1.2
@@ -65,9 +67,9 @@ def test_generate_streams_and_stops_at_a_stop_string(lm_run):
 
 def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
     common = dict(steps=12, n_train=500, n_test=10, block=32, batch_size=4, eval_every=6, save_every=100,
-                  progress=False, verbose=False, show=0, d_model=32, n_layers=2, d_ff=64, dropout=0.1)
-    straight = train_lm(out=tmp_path / "a", **common)
-    real = aiayn.cli.lm.lm_batches
+                  progress=False, verbose=False, model={"d_model": 32, "n_layers": 2, "d_ff": 64, "dropout": 0.1})
+    straight = recipes.train("lm", out=str(tmp_path / "a"), **common)
+    real = aiayn.recipes.lm.lm_batches
 
     def interrupted(*args, **kwargs):  # Ctrl-C while the 8th batch is in use
         for i, batch in enumerate(real(*args, **kwargs)):
@@ -75,11 +77,11 @@ def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped
                 os.kill(os.getpid(), signal.SIGINT)
             yield batch
 
-    monkeypatch.setattr(aiayn.cli.lm, "lm_batches", interrupted)
+    monkeypatch.setattr(aiayn.recipes.lm, "lm_batches", interrupted)
     with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
-        train_lm(out=tmp_path / "b", **common)
+        recipes.train("lm", out=str(tmp_path / "b"), **common)
     monkeypatch.undo()
-    resumed = resume_training(tmp_path / "b" / "lm-dates", progress=False, verbose=False, show=0)
+    resumed = recipes.resume(tmp_path / "b" / "lm-dates", progress=False, verbose=False)
     a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
@@ -92,9 +94,9 @@ def test_a_text_file_trains_with_byte_level_bpe(tmp_path):
         pytest.skip("needs ../shared/data/tinyshakespeare")
     small = tmp_path / "small.txt"
     small.write_text(path.read_text()[:60_000])
-    result = train_lm(data=str(small), vocab_size=500, steps=60, eval_every=30, block=64, batch_size=8,
-                      out=tmp_path, progress=False, verbose=False)
-    tok = aiayn.cli.lm.load_lm_run(result["run"])[1]
+    result = recipes.train("lm", data=str(small), vocab_size=500, steps=60, eval_every=30, block=64, batch_size=8,
+                           out=str(tmp_path), progress=False, verbose=False)
+    tok = load_lm_run(result["run"])[1]
     assert isinstance(tok, BPETokenizer)
     # Baseline: a uniform guess over the tokens (log 500 = 6.2 nats a token), where an untrained model starts.
     # Seeds 0, 1, 2 reach 5.0-5.1 nats after 60 updates: near the unigram entropy (4.95), which a run this

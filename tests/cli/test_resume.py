@@ -8,27 +8,27 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.cli.train import resume_training
+from aiayn import recipes
 
-TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64}
-TASKS = {  # module, function, its batch stream, tokenizer class (None: no tokenizer), sizes
-    "mlm": ("aiayn.cli.mlm", "train_mlm", "batches", "WordPieceTokenizer",
-            dict(n_train=300, n_test=20, batch_size=4, n_layers=2, **TINY)),
-    "denoise": ("aiayn.cli.denoise", "train_denoise", "batches", "BPETokenizer",
-                dict(n_train=300, n_test=10, batch_size=4, n_encoder_layers=1, n_decoder_layers=1, vocab_size=300,
-                     **TINY)),
-    "image": ("aiayn.cli.image", "train_image", "batches", None,
-              dict(n_train=200, n_test=40, batch_size=16, n_layers=2, show=0, **TINY)),
-    # 64 px shapes, 1 + 1 layers; dropout 0.1 (detr-tiny has none) so the restored generator matters
-    "detect": ("aiayn.cli.detect", "train_detr", "shape_batches", None,
-               dict(n_test=8, batch_size=4, image_size=64, n_encoder_layers=1, n_decoder_layers=1, warmup=4,
-                    **TINY)),
+# dropout 0.1 everywhere (detr-tiny has none) so the restored random generator matters
+TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64, "dropout": 0.1}
+TASKS = {  # recipe module, its batch stream, tokenizer class (None: no tokenizer), settings, model fields
+    "mlm": ("aiayn.recipes.mlm", "batches", "WordPieceTokenizer", dict(n_train=300, n_test=20, batch_size=4),
+            dict(n_layers=2, **TINY)),
+    "denoise": ("aiayn.recipes.denoise", "batches", "BPETokenizer",
+                dict(n_train=300, n_test=10, batch_size=4, vocab_size=300),
+                dict(n_encoder_layers=1, n_decoder_layers=1, **TINY)),
+    "image": ("aiayn.recipes.image", "batches", None, dict(n_train=200, n_test=40, batch_size=16),
+              dict(n_layers=2, **TINY)),
+    # 64 px shapes, 1 + 1 layers
+    "detect": ("aiayn.recipes.detect", "shape_batches", None, dict(n_test=8, batch_size=4, image_size=64, warmup=4),
+               dict(n_encoder_layers=1, n_decoder_layers=1, **TINY)),
 }
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(task, tmp_path, monkeypatch, one_thread):
-    module_name, fn_name, stream, tokenizer, extra = TASKS[task]
+    module_name, stream, tokenizer, settings, model = TASKS[task]
     module = importlib.import_module(module_name)
     # Hugging Face's trainers break ties between equally frequent merges in hash-map order, so two
     # trainings on the same text may differ by a few pieces; both runs here share one tokenizer (a
@@ -44,8 +44,8 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
 
         real_train = tokenizer_class.train
         monkeypatch.setattr(tokenizer_class, "train", train_once)
-    common = dict(steps=12, eval_every=6, save_every=100, progress=False, verbose=False, dropout=0.1, **extra)
-    straight = getattr(module, fn_name)(out=tmp_path / "a", **common)
+    common = dict(steps=12, eval_every=6, save_every=100, progress=False, verbose=False, model=model, **settings)
+    straight = recipes.train(task, out=str(tmp_path / "a"), **common)
     real = getattr(module, stream)
 
     def interrupted(*args, **kwargs):  # Ctrl-C while the 8th batch is in use
@@ -56,10 +56,10 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
 
     monkeypatch.setattr(module, stream, interrupted)
     with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
-        getattr(module, fn_name)(out=tmp_path / "b", **common)
+        recipes.train(task, out=str(tmp_path / "b"), **common)
     monkeypatch.undo()
     (run,) = (tmp_path / "b").iterdir()
-    resumed = resume_training(run, progress=False, verbose=False, show=0)
+    resumed = recipes.resume(run, progress=False, verbose=False)
     a, b = aiayn.load(straight["run"]).state_dict(), aiayn.load(resumed["run"]).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]

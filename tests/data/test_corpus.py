@@ -8,8 +8,8 @@ import pytest
 
 from aiayn.data import corpus
 from aiayn.data.corpus import MULTI30K_SHA256, MULTI30K_URL, multi30k, read_parallel, read_tsv, sha256
-
 from shared import DATA  # noqa: E402
+
 M30K = DATA / "multi30k"
 CMN = DATA / "tatoeba-cmn-eng" / "cmn.txt"
 

@@ -3,8 +3,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from aiayn.data.noising import (document_rotation, sentence_permutation, text_infilling, token_deletion,
-                                token_masking)
+from aiayn.data.noising import document_rotation, sentence_permutation, text_infilling, token_deletion, token_masking
 
 MASK = 0
 

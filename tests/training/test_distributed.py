@@ -106,7 +106,7 @@ def test_a_two_rank_run_resumes_in_one_process_and_the_other_way(corpus, single,
 
 def test_token_count_batches_are_shared_out_whole(tmp_path):
     """Translation batches hold a varying number of tokens; the update divides by all of them."""
-    args = ["train", "--steps", "3", "--max-tokens", "256", "--n-test", "8", "--dropout", "0", "--eval-every", "0",
+    args = ["train", "--steps", "3", "--max-tokens", "256", "--n-test", "8", "--set", "dropout=0", "--eval-every", "0",
             "--no-progress", "--out", str(tmp_path)]
     assert main([*args, "--accum", "2", "--name", "one"]) == 0
     torchrun([*args, "--accum", "1", "--name", "two"])

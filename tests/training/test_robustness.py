@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.cli.runs import FolderLocked, Run
 from aiayn.training import fit, load_train_state, save_train_state, train_state_info
+from aiayn.training.session import FolderLocked, Session
 
 
 def flip_last_byte(path):
@@ -111,11 +111,11 @@ def test_a_second_process_cannot_train_in_a_locked_run_folder(tmp_path):
     try:
         (tmp_path / ".lock").write_text(f"{other.pid}\n")
         with pytest.raises(FolderLocked, match=f"another process \\(pid {other.pid}\\) is training in {tmp_path}"):
-            Run(tmp_path, model, optimizer, None)
+            Session(tmp_path, model, optimizer, None)
     finally:
         other.kill()
         other.wait()
-    run = Run(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
+    run = Session(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
     assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
     run.unlock()  # training over: this process (a notebook, say) or another may resume the folder
     assert not (tmp_path / ".lock").exists()
@@ -128,7 +128,7 @@ ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 # `aiayn train --resume` with a spy on the update its training loop starts after
 RESUME = """\
 import sys
-import aiayn.cli.runs as runs
+import aiayn.training.session as runs
 fit = runs.fit
 def spy(*args, start, **kwargs):
     print(f"starts after update {start}", file=sys.stderr)

@@ -63,10 +63,11 @@ def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
     config, _ = recipes.TASKS[task]
     preset = recipes.PRESETS.get(name, (task, {}))[1]
     p = parser_class(prog=f"aiayn train {name}", argument_default=argparse.SUPPRESS,
+                     usage=f"aiayn train [{name}] [--FIELD VALUE ...] [--set FIELD=VALUE ...] [--config FILE]",
                      description=f"Train the {task} recipe" + (f" ({name}: {_settings(preset)})" if preset else "")
                      + f". Recipes: {', '.join(recipes.names())}.")
-    p.add_argument("recipe", nargs="?", default=None, choices=recipes.names(), help=f"a task or named preset (default {DEFAULT})")
-    p.add_argument("--task", choices=recipes.names(), help="the same, as a flag")
+    p.add_argument("--task", choices=recipes.names(), help=f"the recipe: a task or named preset (default {DEFAULT}; "
+                                                           "or as the first word)")
     p.add_argument("--config", metavar="FILE", help="settings from a TOML file (or a run's args.json); flags win")
     p.add_argument("--resume", metavar="RUN", help="continue the run folder RUN with its own settings (--steps "
                                                    "may raise the updates)")
@@ -99,8 +100,8 @@ def to_config(argv: list[str], parser_class: type[argparse.ArgumentParser]
     if name not in recipes.names():
         parser_class(prog="aiayn train").error(f"unknown recipe {name!r}: expected one of {recipes.names()}")
     p = parser(name, parser_class)
-    args = p.parse_args(argv)
-    given = {k: v for k, v in vars(args).items() if k not in (*RUN_FLAGS, "recipe")}
+    args = p.parse_args(argv[1:] if argv and argv[0] == name else argv)  # the name, if first, is in prog
+    given = {k: v for k, v in vars(args).items() if k not in RUN_FLAGS}
     if getattr(args, "resume", None) is not None:
         extra = sorted(set(given) - {"steps"}) + (["--set"] if getattr(args, "set", None) else []) + (
             ["--config"] if getattr(args, "config", None) else [])

@@ -38,7 +38,7 @@ TASKS: dict[str, tuple[type[RecipeConfig], type[Recipe]]] = {
 # name -> (task, settings): the setups the README's figures come from, and the made-up translation tasks
 PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "dates": ("translation", {}),  # the default job
-    "copy": ("translation", {"data": ["copy"], "warmup": 100}),
+    "copy": ("translation", {"data": ["copy"]}),
     # README: Multi30k de -> en in 60 minutes on 2 CPU threads (benchmarks/translation_multi30k.py)
     "multi30k-de-en": ("translation", {
         "data": ["multi30k"],
@@ -75,10 +75,10 @@ def task_of(name: str) -> str:
     raise ValueError(f"unknown recipe {name!r}: expected one of {names()}")
 
 
-def config(name: str, **settings: Any) -> RecipeConfig:
-    """The ``Config`` of a task or named preset, with ``settings`` over its own."""
-    task = task_of(name)
-    preset = PRESETS[name][1] if name in PRESETS else {}
+def config(recipe: str, /, **settings: Any) -> RecipeConfig:
+    """The ``Config`` of a task or named preset ``recipe``, with ``settings`` over its own."""
+    task = task_of(recipe)
+    preset = PRESETS[recipe][1] if recipe in PRESETS else {}
     merged = {**preset, **settings}
     if "model" in preset and "model" in settings:  # --set adds to the preset's model fields
         merged["model"] = {**preset["model"], **settings["model"]}
@@ -100,7 +100,7 @@ def from_dict(saved: dict[str, Any]) -> RecipeConfig:
     return cls(**saved)
 
 
-def train(cfg: RecipeConfig | str = "dates", resume: str | os.PathLike | None = None, progress: bool = True,
+def train(cfg: RecipeConfig | str = "dates", /, resume: str | os.PathLike | None = None, progress: bool = True,
           verbose: bool = True, **settings: Any) -> dict[str, Any]:
     """Train a recipe: a ``Config``, or a task or preset name with ``settings`` over its defaults.
 

@@ -35,7 +35,7 @@ from aiayn.training.session import Session, open_run
 TIMING_UPDATES = 20
 
 
-def setting(default: Any, help: str) -> Any:  # noqa: A002 (the argparse word)
+def setting(default: Any, help: str) -> Any:
     """A ``Config`` field with its help text, which is also its command-line flag's help."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help})
@@ -70,7 +70,7 @@ class RecipeConfig:
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
         if not isinstance(self.model, dict):
-            raise ValueError(f"model must be a dict of config fields, got {type(self.model).__name__}")
+            raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
         aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
 
     def to_dict(self) -> dict[str, Any]:

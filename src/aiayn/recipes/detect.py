@@ -73,6 +73,8 @@ class Config(RecipeConfig):
         positive(self, "image_size", "max_objects", "n_test", "batch_size", "lr", "lr_backbone", "clip", "eos_coef")
         if self.data not in (None, "voc"):
             raise ValueError(f"data={self.data!r}: expected None (drawn shapes) or 'voc' (with data_dir)")
+        if self.data is None and self.image_size <= 40:
+            raise ValueError(f"image_size must be above 40, the largest side of a drawn shape; got {self.image_size}")
         if self.data == "voc" and self.data_dir is None:
             raise ValueError("data='voc' needs data_dir, the Pascal VOC folder (e.g. ../shared/data/bccd)")
 

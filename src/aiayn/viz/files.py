@@ -24,8 +24,8 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
     """Every layer and head of encoder self-, decoder self- and encoder-decoder attention of the model in ``run``
     (a folder of ``aiayn train``) reading ``text`` and producing ``target`` (default: its own greedy
     translation); the tokens on the axes."""
-    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.data import seq2seq_batch
+    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.viz import plot_model_attention
 
     model, src_tok, tgt_tok = load_run(run)
@@ -39,8 +39,8 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
 def attention_page(run: str | os.PathLike, text: str, path: str | os.PathLike, target: str | None = None) -> Path:
     """The interactive viewer (:func:`aiayn.viz.attention_html`) of the same three kinds of attention as
     :func:`attention_pictures`, as one self-contained HTML file."""
-    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.data import seq2seq_batch
+    from aiayn.recipes.translation import load_run, translate_texts
     from aiayn.viz import attention_weights
     from aiayn.viz.html import attention_html
 

@@ -1,0 +1,126 @@
+"""`aiayn evaluate` scores a run of every task on data given to it, each number checked against the same
+computation done here by hand; `aiayn viz history` draws any run; `--minutes` fits the updates to a budget."""
+
+import json
+import math
+
+import pytest
+import sacrebleu
+import torch
+import torch.nn.functional as F
+
+import aiayn
+from aiayn import recipes
+from aiayn.cli import main
+from aiayn.data import date_lines, load_tokenizer, make_pairs
+from aiayn.data.images import normalise, synthetic_digits
+from aiayn.recipes.evaluate import evaluate
+from aiayn.recipes.translation import translate
+from shared import DATA
+
+TINY = {"progress": False, "verbose": False, "steps": 3, "warmup": 1, "eval_every": 0}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("runs"))
+    small = {"model": {"d_model": 32}}
+    return {
+        "translation": recipes.train("copy", n_train=300, n_test=10, max_tokens=128, out=out, **small, **TINY)["run"],
+        "lm": recipes.train("lm", n_train=200, n_test=5, block=16, batch_size=4, out=out, **small, **TINY)["run"],
+        "mlm": recipes.train("mlm", n_train=200, n_test=10, batch_size=4, out=out, **small, **TINY)["run"],
+        "image": recipes.train("image", n_train=64, n_test=16, batch_size=8, out=out, **small, **TINY)["run"],
+    }
+
+
+def test_translation_bleu_is_sacrebleu_on_the_runs_own_translations(runs, tmp_path):
+    pairs = make_pairs("copy", 0, 30, seed=5)[1]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    scores = evaluate(runs["translation"], data=[str(tsv)], beam=1)
+    hyps = translate(runs["translation"], [s for s, _ in pairs])
+    assert scores["n"] == 30 and scores["beam"] == 1
+    assert math.isclose(scores["bleu"], sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs_tol=1e-9)
+
+
+def test_lm_perplexity_is_the_mean_loss_of_every_block(runs, tmp_path):
+    text = "\n".join(date_lines(40, seed=7)) + "\n"
+    (tmp_path / "t.txt").write_text(text)
+    scores = evaluate(runs["lm"], data=[str(tmp_path / "t.txt")])
+    model, tok = aiayn.load(runs["lm"]).eval(), load_tokenizer(runs["lm"] / "tokenizer.json")
+    ids = torch.tensor(tok.encode(text))
+    block = model.cfg.max_len
+    n = (ids.numel() - 1) // block
+    x, y = ids[: n * block].view(n, block), ids[1 : n * block + 1].view(n, block)
+    with torch.no_grad():
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    assert scores["tokens"] == n * block
+    assert math.isclose(scores["loss"], loss, rel_tol=1e-5) and math.isclose(scores["perplexity"], math.exp(loss),
+                                                                             rel_tol=1e-5)
+
+
+def test_mlm_accuracies_are_shares_of_held_out_guesses(runs, tmp_path):
+    (tmp_path / "t.txt").write_text("\n".join(date_lines(30, seed=8)) + "\n")
+    scores = evaluate(runs["mlm"], data=[str(tmp_path / "t.txt")])
+    assert scores["pairs"] == 29 and 0 <= scores["mlm_accuracy"] <= 1 and 0 <= scores["nsp_accuracy"] <= 1
+    assert scores["nsp_accuracy"] * 29 == pytest.approx(round(scores["nsp_accuracy"] * 29))  # a count of 29 pairs
+    again = evaluate(runs["mlm"], data=[str(tmp_path / "t.txt")])
+    assert again == scores  # the masking is seeded: the same score twice
+
+
+def test_image_accuracy_and_confusion_are_the_models_argmax(runs, tmp_path):
+    images, labels = synthetic_digits(40, seed=9)
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    (folder / "t10k-images-idx3-ubyte").write_bytes(bytes([0, 0, 8, 3]) + b"".join(
+        n.to_bytes(4, "big") for n in (40, 28, 28)) + images[:, 0].numpy().tobytes())
+    (folder / "t10k-labels-idx1-ubyte").write_bytes(bytes([0, 0, 8, 1]) + (40).to_bytes(4, "big")
+                                                   + labels.to(torch.uint8).numpy().tobytes())
+    scores = evaluate(runs["image"], data_dir=str(folder))
+    with torch.no_grad():
+        predicted = aiayn.load(runs["image"]).eval()(normalise(images)).argmax(-1)
+    assert scores["n"] == 40 and scores["accuracy"] == pytest.approx((predicted == labels).float().mean().item())
+    confusion = torch.tensor(scores["confusion"])
+    assert confusion.sum() == 40 and confusion.diagonal().sum() == (predicted == labels).sum()
+
+
+@pytest.mark.skipif(not (DATA / "bccd").is_dir(), reason="needs ../shared/data/bccd")
+def test_detect_map_on_a_voc_split(tmp_path):
+    run = recipes.train("detect", data="voc", data_dir=str(DATA / "bccd"), image_size=64, batch_size=2,
+                        out=str(tmp_path), model={"d_model": 32}, **TINY)["run"]
+    scores = evaluate(run, data_dir=str(DATA / "bccd"), split="test")
+    assert scores["n"] == 72 and 0 <= scores["map"] <= scores["map50"] <= 1 and scores["val_loss"] > 0
+
+
+def test_a_setting_the_task_does_not_take_is_refused(runs, capsys):
+    with pytest.raises(ValueError, match="takes \\['data'\\], not \\['beam'\\]"):
+        evaluate(runs["lm"], data=["x.txt"], beam=4)
+    assert main(["evaluate", "--run", str(runs["image"]), "--data", "x.txt"]) == 2
+    assert "not ['data']" in capsys.readouterr().err
+    assert main(["evaluate", "--run", str(runs["mlm"])]) == 2
+    assert "needs --data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm", "image"])
+def test_viz_history_draws_any_run(task, runs, tmp_path):
+    assert main(["viz", "history", "--run", str(runs[task]), "--out", str(tmp_path / "h.png")]) == 0
+    assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_viz_out_ending_in_png_is_the_file(tmp_path):
+    assert main(["viz", "positional", "--out", str(tmp_path / "pe.png")]) == 0
+    assert (tmp_path / "pe.png").is_file()
+
+
+@pytest.mark.parametrize("task", ["copy", "lm"])
+def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_thread):
+    sizes = {"copy": {"n_train": 300, "n_test": 10, "max_tokens": 128},
+             "lm": {"n_train": 200, "n_test": 5, "block": 16, "batch_size": 4}}[task]
+    result = recipes.train(task, minutes=0.1, warmup=5, out=str(tmp_path), progress=False, verbose=False,
+                           model={"d_model": 32}, **sizes)
+    saved = json.loads((result["run"] / "args.json").read_text())
+    # the fitted count replaced the 1,000-odd default: what 6 seconds of updates allow, at least the timed ones + 1
+    assert saved["minutes"] == 0.1 and 6 <= saved["steps"] == len(result["history"]) < 1000
+    assert result["validation"][-1]["step"] == saved["steps"]
+    longer = recipes.resume(result["run"], steps=saved["steps"] + 2, progress=False, verbose=False)
+    assert len(longer["history"]) == saved["steps"] + 2
