@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.layers import record_attention
+from aiayn.layers import fast, record_attention
 from aiayn.layers.vision import (
     PatchMerging,
     relative_position_index,
@@ -77,8 +77,14 @@ def affected(b: SwinBlock, x: torch.Tensor, at: tuple[int, int]) -> set[tuple[in
     return {tuple(p) for p in (diff > 1e-6).nonzero().tolist()}
 
 
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+def either_path(request, monkeypatch):
+    """Run the test with ``aiayn.layers.fast.ENABLED`` on and off."""
+    monkeypatch.setattr(fast, "ENABLED", request.param)
+
+
 @pytest.mark.parametrize("at", [(0, 0), (1, 6), (3, 5), (6, 1), (7, 7)])
-def test_a_patch_reaches_only_its_shifted_window_region(at):
+def test_a_patch_reaches_only_its_shifted_window_region(at, either_path):
     # On an 8 x 8 map with M = 4, s = 2 the shifted windows, drawn on the unrolled map, are the cells of
     # the grid cut at 2 and 6 (figure 2, right); SW-MSA never crosses them, nor wraps around the map.
     x = torch.randn(1, 8, 8, 8)
@@ -89,9 +95,68 @@ def test_a_patch_reaches_only_its_shifted_window_region(at):
     assert affected(block(shift=2), x, at) == expected
 
 
-def test_an_unshifted_block_stays_inside_its_window():
+def test_an_unshifted_block_stays_inside_its_window(either_path):
     x = torch.randn(1, 8, 8, 8)
     assert affected(block(shift=0), x, (5, 2)) == {(i, j) for i in range(4, 8) for j in range(4)}
+
+
+# The fast path (one gather, groups of windows, one scatter) against the plain roll, partition, attend,
+# reverse, roll back. Maps: whole windows; padded (7 x 10 -> 8 x 12); smaller than a window (one window,
+# unshifted). chunk_tokens 48 = 3 windows of 16: groups straddle the two images and pick their windows' masks.
+MAPS = [(8, 8), (7, 10), (3, 3)]
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+@pytest.mark.parametrize("size", MAPS)
+@pytest.mark.parametrize("chunk_tokens", [48, 4096])
+def test_fast_window_attention_without_gradients_equals_the_plain_steps(shift, size, chunk_tokens, monkeypatch):
+    b = block(shift)
+    x = torch.randn(2, *size, 8)
+    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", chunk_tokens)
+    calls = []  # windows and patches per window of each call of attention
+    b.attn.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[:2]))
+    with torch.no_grad():
+        monkeypatch.setattr(fast, "ENABLED", False)
+        plain = b.window_attention(x)
+        monkeypatch.setattr(fast, "ENABLED", True)
+        got = b.window_attention(x)
+    assert got.shape == plain.shape == x.shape
+    torch.testing.assert_close(got, plain, rtol=1e-5, atol=1e-5)
+    (windows, t), groups = calls[0], [n for n, _ in calls[1:]]  # the plain path attends every window at once
+    step = chunk_tokens // t
+    assert sum(groups) == windows and groups == [min(step, windows - i) for i in range(0, windows, step)]
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+@pytest.mark.parametrize("size", MAPS)
+def test_fast_window_attention_with_gradients_equals_the_plain_steps(shift, size, monkeypatch):
+    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", 48)  # with gradients: one group all the same
+    b = block(shift)
+    x = torch.randn(2, *size, 8)
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(fast, "ENABLED", enabled)
+        b.zero_grad()
+        xi = x.clone().requires_grad_()
+        out = b.window_attention(xi)
+        out.square().sum().backward()
+        results.append([out, xi.grad] + [p.grad.clone() for p in b.parameters() if p.grad is not None])
+    assert len(results[0]) == len(results[1]) > 2
+    for a, e in zip(*results):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    assert results[0][-1].abs().sum() > 0  # the bias table, the last parameter that learns here
+
+
+def test_the_whole_model_computes_the_same_with_the_fast_paths_on_and_off(monkeypatch):
+    model = tiny()
+    images = torch.randn(2, 1, 27, 30)
+    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", 48)
+    monkeypatch.setattr("aiayn.layers.feedforward.CHUNK_ROWS", 48)
+    with torch.no_grad():
+        on = model(images)
+        monkeypatch.setattr(fast, "ENABLED", False)
+        off = model(images)
+    torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
 
 
 def tiny(**kw):

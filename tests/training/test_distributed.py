@@ -54,9 +54,13 @@ def assert_same_weights(a: Path, b: Path, tol: float = 1e-6) -> None:
     assert worst < tol, f"weights of {a.name} and {b.name} differ by up to {worst:.2e}"
 
 
-# Under FSDP the gradient norm (for clipping) is summed from the shards' parts: forward and gradients are
-# bit for bit those of one process, the norm differs in its last bits, so the weights agree to ~1e-6.
-FSDP_TOL = 1e-5
+# Under FSDP the gradient norm (for clipping) is summed from the shards' parts, so it differs from one process's
+# in its last bits. Most weights still agree to ~1e-7, but Adam divides each gradient by its own running size: a
+# key bias, whose true gradient is zero (softmax ignores a constant added to every score), is moved by about the
+# learning rate (1e-2 here) in a direction set by rounding noise alone, and the key projection follows it. After 4
+# updates those entries differ by up to ~2e-5; a real fault (a shard not averaged, a step skipped) moves weights
+# by ~1e-2, which the bound below still catches.
+FSDP_TOL = 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,23 @@ from aiayn.layers.positional import (
 )
 
 __all__ = [
-    "MultiHeadAttention", "record_attention", "scaled_dot_product_attention", "DecoderBlock", "EncoderBlock",
-    "Stack", "Embedding", "check_ids", "FeedForward", "DecoderCache", "KVCache", "LayerCache", "causal_mask",
-    "combine", "padding_mask", "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding", "sinusoidal_encoding",
+    "DecoderBlock",
+    "DecoderCache",
+    "Embedding",
+    "EncoderBlock",
+    "FeedForward",
+    "KVCache",
+    "LayerCache",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "SinusoidalPositionalEncoding",
+    "Stack",
+    "causal_mask",
+    "check_ids",
+    "combine",
+    "padding_mask",
+    "record_attention",
+    "scaled_dot_product_attention",
     "sine_encoding_2d",
+    "sinusoidal_encoding",
 ]

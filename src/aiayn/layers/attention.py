@@ -192,9 +192,10 @@ def record_attention(model: nn.Module) -> Iterator[dict[str, list[Tensor]]]:
     """Collect the attention weights of every :class:`MultiHeadAttention` in ``model``.
 
     Inside the block attention takes the explicit path; each module's weights ``(B, H, T, S)`` are
-    appended, one per call, under its qualified name (``"decoder.layers.0.cross_attn"``). A Swin block
-    calls its attention once per group of windows (``aiayn.models.swin.CHUNK_TOKENS``), so its list holds
-    the groups in order: ``torch.cat`` them for the whole batch::
+    appended, one per call, under its qualified name (``"decoder.layers.0.cross_attn"``). A Swin block on
+    its fast path (``aiayn.layers.fast.ENABLED``, no gradient) calls its attention once per group of windows
+    (``aiayn.models.swin.CHUNK_TOKENS``), so its list holds the groups in order: ``torch.cat`` them for the
+    whole batch::
 
         with record_attention(model) as rec:
             model(src, tgt)

@@ -94,4 +94,4 @@ class DecoderCache(list):
             layer.reorder(index, cross)
 
 
-__all__ = ["KVCache", "LayerCache", "DecoderCache"]
+__all__ = ["DecoderCache", "KVCache", "LayerCache"]

@@ -87,7 +87,8 @@ def window_index(height: int, width: int, window: int, shift: int = 0,
 
     ``x.flatten(1, 2)[:, window_index(H, W, M, s)]`` equals ``window_partition(torch.roll(x, (-s, -s),
     (1, 2)), M)`` flattened to ``(B, nW * M*M, C)``; writing the windows back to those positions undoes
-    both. H and W must be multiples of M.
+    both. H and W must be multiples of M. Swin's fast path (:func:`aiayn.layers.fast.window_attention`)
+    is built on it.
 
     Returns:
         ``(H * W,)`` long: row-major map positions, windows in :func:`window_partition`'s order.

@@ -28,12 +28,11 @@ takes PyTorch's fused ``scaled_dot_product_attention`` path. Attention and the M
 :mod:`aiayn.layers.vision`. Maps whose sides are not multiples of M are zero-padded and cropped back,
 as the reference code and Hugging Face do; a map no larger than M is one window, unshifted.
 
-Attention takes the windows a group at a time (``CHUNK_TOKENS`` patches' worth), gathered from the map
-by one index that does the roll and the partition together, and writes each group's output straight back;
-the feed-forward network takes its rows in groups as well when no gradient is needed. Buffers the size of a
-group are reused from one call to the next, where buffers the size of the whole map (38.5 MB for the MLP of
-``swin-t``'s first stage at batch 8) are mapped fresh from the system on every call by glibc's ``malloc``;
-``docs/benchmarks.md`` has the measured effect (the ``swin-forward`` case).
+:meth:`SwinBlock.window_attention` computes the paper's steps as written: roll, partition, attend, reverse,
+roll back. With :data:`aiayn.layers.fast.ENABLED` (the default) :func:`aiayn.layers.fast.window_attention`
+computes the same with one gather and one scatter, and without gradients takes the windows a group at a time
+(``CHUNK_TOKENS`` patches' worth), as the feed-forward network takes its rows; ``docs/benchmarks.md`` (the
+``swin-forward`` case) has the measured effect.
 
 Shapes: B batch, Cin image channels, H x W the patch map of a stage, C its channels, M window side,
 nW windows per image, T = M*M patches per window, heads the attention heads, K classes.
@@ -46,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from aiayn.layers import FeedForward, MultiHeadAttention
+from aiayn.layers import FeedForward, MultiHeadAttention, fast
 from aiayn.layers.feedforward import CHUNK_ROWS
 from aiayn.layers.vision import (
     PatchEmbedding,
@@ -54,11 +53,12 @@ from aiayn.layers.vision import (
     RelativePositionBias,
     pad_to_multiple,
     shifted_window_mask,
-    window_index,
+    window_partition,
+    window_reverse,
 )
 from aiayn.models.config import check_positive, check_probability
 
-# attention takes its windows this many patches at a time (as the feed-forward network its rows)
+# the fast path without gradients attends this many patches' worth of windows at a time (as the MLP its rows)
 CHUNK_TOKENS = CHUNK_ROWS
 
 
@@ -158,42 +158,53 @@ class SwinBlock(nn.Module):
         return x + self._residual(self.ff(self.norm2(x)), keep)
 
     def window_attention(self, x: Tensor) -> Tensor:
-        """W-MSA or SW-MSA of the normalised map ``(B, H, W, C)`` -> ``(B, H, W, C)``.
+        """W-MSA or SW-MSA (section 3.2) of the normalised map.
 
         The map is zero-padded to whole windows (after the norm, as the reference pads) and cropped back.
-        The windows are rows of one index into the flattened map (the roll and the partition together);
-        they are taken ``CHUNK_TOKENS`` patches' worth at a time and their outputs written straight back.
+
+        Args:
+            x: ``(B, H, W, C)``, the output of ``norm1``.
+
+        Returns:
+            ``(B, H, W, C)``, attention within each (shifted) window, before the residual.
         """
-        b, h, w, c = x.shape
+        b, h, w, _ = x.shape
         window, shift = self.window, self.shift
         if min(h, w) <= window:  # the map fits one window: attend over all of it, nothing to shift
             window, shift = min(h, w), 0
         x = pad_to_multiple(x, window)  # (B, Hp, Wp, C)
-        hp, wp, t = x.size(1), x.size(2), window * window
-        nw = hp * wp // t
-        index = window_index(hp, wp, window, shift, x.device)  # (Hp * Wp,) for one image, then all of them
-        index = (torch.arange(b, device=x.device)[:, None] * index.numel() + index).flatten()
+        hp, wp = x.size(1), x.size(2)
+        mask = self.attention_mask(hp, wp, window, shift, x)  # (nW or 1, heads, T, T), additive
+        if fast.ENABLED:  # the same steps as one gather and one scatter, in groups of windows without gradients
+            return fast.window_attention(self.attn, x, mask, window, shift, chunk_tokens=CHUNK_TOKENS)[:, :h, :w]
+        x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))  # cyclic shift towards the top left (figure 4)
+        windows = window_partition(x, window)  # (B * nW, T, C), images major
+        mask = mask.repeat(b, 1, 1, 1) if mask.size(0) > 1 else mask  # (B * nW or 1, heads, T, T)
+        y = self.attn(windows, mask=mask)[0]  # (B * nW, T, C), eq. 4 in each window
+        x = window_reverse(y, window, hp, wp)  # (B, Hp, Wp, C)
+        x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))  # roll back
+        return x[:, :h, :w]  # (B, H, W, C)
+
+    def attention_mask(self, height: int, width: int, window: int, shift: int, like: Tensor) -> Tensor:
+        """The additive mask of each window's attention scores: the relative position bias B of eq. 4, and
+        for SW-MSA ``-inf`` between patches that meet only because of the roll (figure 4).
+
+        Args:
+            height, width: the padded map, multiples of ``window``.
+            window: M.
+            shift: the cyclic shift s (0: W-MSA).
+            like: a tensor of the map's dtype and device.
+
+        Returns:
+            ``(nW, heads, T, T)`` float, windows row-major, when shifted; ``(1, heads, T, T)`` (the bias alone,
+            the same for every window) when not.
+        """
         bias = self.relative_position(window)  # (1, heads, T, T), learned
-        apart = None  # shifted: -inf between patches of different regions of each window, (nW, 1, T, T)
-        if shift:
-            allowed = shifted_window_mask(hp, wp, window, shift, x.device)  # (nW, T, T)
-            apart = x.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))[:, None]
-        x = x.reshape(-1, c)  # (B * Hp * Wp, C)
-        # windows = x[index], written as the inverse scatter: its gradient is then a gather as well, where
-        # index_select's would add the rows up one by one
-        windows = torch.empty_like(x).index_copy_(0, index.argsort(), x).view(-1, t, c)  # (B * nW, T, C)
-        out = torch.empty_like(x)
-        n = windows.size(0)
-        # groups save memory only when no gradient needs their activations kept
-        step = n if torch.is_grad_enabled() and x.requires_grad else max(1, CHUNK_TOKENS // t)
-        for i in range(0, n, step):  # windows i, i + 1, ..., images major
-            rows = slice(i, min(i + step, n))
-            mask = bias  # bias and region mask as one additive mask; each window's region mask by its place
-            if apart is not None:
-                mask = bias + apart[torch.arange(rows.start, rows.stop, device=x.device) % nw]
-            y = self.attn(windows[rows], mask=mask)[0]  # (windows, T, C)
-            out.index_copy_(0, index[rows.start * t : rows.stop * t], y.view(-1, c))  # back where they came from
-        return out.view(b, hp, wp, c)[:, :h, :w]
+        if not shift:
+            return bias
+        allowed = shifted_window_mask(height, width, window, shift, like.device)  # (nW, T, T)
+        apart = like.new_zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))  # (nW, T, T)
+        return bias + apart[:, None]  # (nW, heads, T, T)
 
     def _residual(self, x: Tensor, keep: Tensor | None) -> Tensor:
         """Dropout, then stochastic depth: the whole branch dropped for a random share of the images."""

@@ -1,0 +1,168 @@
+"""The CPU speed tricks, kept apart from the plain paths they stand in for.
+
+Each model computes the paper's steps as written; where one of these computes the same values faster, the
+model calls it behind one switch, :data:`ENABLED` (nanoGPT's ``if self.flash:``). Set
+``aiayn.layers.fast.ENABLED = False`` and every layer takes its plain path. Each trick agrees with its plain
+path to float rounding (``tests/layers/test_fast.py``, ``tests/models/test_swin.py``); what it does to the
+time and memory of a whole run is in ``docs/benchmarks.md``.
+
+    trick                          stands in for                  buys
+    :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows (decoding): the BLAS used the fast way
+                                                                  round; one row: oneDNN streams the weights
+    :func:`feedforward_no_grad`    ``FeedForward.forward``        no gradient: no hidden layer the size of the
+                                                                  whole batch, so no fresh pages on every call
+    :func:`window_attention`       ``SwinBlock``'s roll,          roll and partition as one gather; windows a
+                                   partition, attend, reverse     group at a time, written straight back
+
+Why sizes matter on the CPU: glibc's ``malloc`` maps a buffer above its threshold (at most 32 MiB) fresh from
+the system on every call and pays a page fault per page; buffers the size of a group are reused instead.
+
+Shapes: N rows (every leading dimension of ``x`` together), K in, O out; B batch, Hp x Wp a padded Swin map,
+C channels, M window side, nW windows per image, T = M*M patches per window, heads the attention heads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.layers.vision import window_index
+
+ENABLED = True  # the one switch: False runs every layer's plain path
+
+FEW_ROWS = 256  # at most this many rows take the swapped product (CPU); more keep F.linear
+ONEDNN_MIN = 1 << 20  # from this many weights one row takes oneDNN's inner product (CPU, no gradient)
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+IN_PLACE = {  # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
+    "relu": F.relu_,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "silu": lambda x: F.silu(x, inplace=True),
+}
+
+
+def needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether autograd will record an operation on any of ``tensors`` (``None`` entries are skipped)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def linear_suits(x: Tensor, weight: Tensor) -> bool:
+    """Whether :func:`linear_few_rows` applies: on the CPU, 1 to ``FEW_ROWS`` rows, ``x`` and ``weight`` of one
+    dtype (else autocast or an error is ``F.linear``'s to handle)."""
+    rows = x.numel() // max(x.size(-1), 1)
+    return x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
+
+
+def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` for the few rows of decoding, computed the way the CPU does it fastest.
+
+    ``F.linear`` hands ``x W^T`` to the BLAS with the large matrix as the transposed right operand, which for
+    few rows is far from the BLAS's best; ``(W x^T)^T`` is the same product, and faster below ``FEW_ROWS``
+    rows. One row by a matrix of at least ``ONEDNN_MIN`` weights, needing no gradient, goes to oneDNN's
+    inner product instead, which streams the weights faster than the BLAS's matrix-vector product.
+
+    Args:
+        x: ``(..., K)``, 1 to ``FEW_ROWS`` rows in all (:func:`linear_suits`).
+        weight: ``(O, K)``.
+        bias: ``(O,)`` or ``None``.
+
+    Returns:
+        ``(..., O)``, contiguous as ``F.linear``'s (fused attention needs it).
+    """
+    rows = x.numel() // x.size(-1)
+    if rows == 1 and _onednn_suits(x, weight, bias):
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(1, -1), weight.contiguous(), bias, "none", [], "")
+        return out.view(*x.shape[:-1], weight.size(0))
+    flat = x.reshape(rows, x.size(-1)).t()  # (K, N)
+    out = weight @ flat if bias is None else torch.addmm(bias[:, None], weight, flat)  # (O, N)
+    return out.t().contiguous().view(*x.shape[:-1], weight.size(0))  # (..., O)
+
+
+def _onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """A float32 product by a large matrix that needs no gradient (oneDNN's op has no backward) and that
+    autocast would not have run in a lower precision."""
+    return (_ONEDNN and weight.numel() >= ONEDNN_MIN and x.dtype == torch.float32
+            and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
+
+
+def feedforward_no_grad(ff: nn.Module, x: Tensor, chunk_rows: int) -> Tensor:
+    """``ff.fc2(ff.dropout(ff.activation(ff.fc1(x))))`` when no gradient is needed, in less memory.
+
+    The hidden layer, ``d_ff`` wide, is the largest activation of a block. Here the activation overwrites
+    it (nothing keeps it for a backward pass), and more than ``chunk_rows`` positions go through in groups
+    of that many, each group's output written into one output tensor: buffers the size of a group are reused
+    from one call to the next.
+
+    Args:
+        ff: a :class:`aiayn.layers.FeedForward` (``fc1``, ``fc2``, ``dropout``, ``activation_name``).
+        x: ``(..., C)``; it is not overwritten.
+        chunk_rows: positions per group.
+
+    Returns:
+        ``(..., C)``.
+    """
+    activation_ = IN_PLACE[ff.activation_name]
+    rows = x.numel() // x.size(-1)
+    if rows <= chunk_rows:
+        return ff.fc2(ff.dropout(activation_(ff.fc1(x))))
+    flat = x.reshape(rows, -1)  # (N, C)
+    out = x.new_empty(rows, ff.fc2.out_features)  # (N, C)
+    for i in range(0, rows, chunk_rows):
+        out[i : i + chunk_rows] = ff.fc2(ff.dropout(activation_(ff.fc1(flat[i : i + chunk_rows]))))
+    return out.view(*x.shape[:-1], -1)
+
+
+def window_attention(attn: nn.Module, x: Tensor, mask: Tensor, window: int, shift: int,
+                     chunk_tokens: int) -> Tensor:
+    """Swin's roll, window partition, attention, window reverse and roll back, as one gather and one scatter.
+
+    One index into the flattened map does the roll and the partition together (:func:`aiayn.layers.vision.
+    window_index`). Without gradients the windows are attended ``chunk_tokens`` patches' worth at a time,
+    each group's output written straight back to its place in the map, so no buffer is the size of the
+    whole batch of windows twice over; with gradients they go as one group (groups would keep every
+    activation anyway). The gather is written as the inverse scatter, so that its gradient is a gather too
+    (``index_select``'s would add the rows up one by one).
+
+    Args:
+        attn: the block's :class:`aiayn.layers.MultiHeadAttention`.
+        x: ``(B, Hp, Wp, C)``, the normalised map padded to multiples of ``window``.
+        mask: additive float mask ``(nW, heads, T, T)`` (a window's bias and its region mask, row-major
+            windows) or ``(1, heads, T, T)`` (the bias alone, the same for every window).
+        window: M.
+        shift: the cyclic shift s (0: W-MSA).
+        chunk_tokens: patches per group of windows without gradients.
+
+    Returns:
+        ``(B, Hp, Wp, C)``, equal to the plain path's result.
+    """
+    b, hp, wp, c = x.shape
+    t = window * window
+    nw = hp * wp // t
+    index = window_index(hp, wp, window, shift, x.device)  # (Hp * Wp,) for one image, then all of them
+    index = (torch.arange(b, device=x.device)[:, None] * index.numel() + index).flatten()  # (B * Hp * Wp,)
+    x = x.reshape(-1, c)  # (B * Hp * Wp, C)
+    windows = torch.empty_like(x).index_copy_(0, index.argsort(), x).view(-1, t, c)  # (B * nW, T, C)
+    out = torch.empty_like(x)  # (B * Hp * Wp, C)
+    n = windows.size(0)
+    step = n if needs_grad(x, mask) else max(1, chunk_tokens // t)
+    for i in range(0, n, step):  # windows i, i + 1, ..., images major
+        rows = slice(i, min(i + step, n))
+        group_mask = mask if mask.size(0) == 1 else mask[torch.arange(rows.start, rows.stop, device=x.device) % nw]
+        y = attn(windows[rows], mask=group_mask)[0]  # (windows, T, C)
+        out.index_copy_(0, index[rows.start * t : rows.stop * t], y.view(-1, c))  # back where they came from
+    return out.view(b, hp, wp, c)
+
+
+__all__ = [
+    "ENABLED",
+    "FEW_ROWS",
+    "IN_PLACE",
+    "ONEDNN_MIN",
+    "feedforward_no_grad",
+    "linear_few_rows",
+    "linear_suits",
+    "needs_grad",
+    "window_attention",
+]

@@ -1,0 +1,121 @@
+"""Each trick of ``aiayn.layers.fast`` equals the plain path it stands in for, and the switch turns it off.
+
+Swin's window attention is tested in ``tests/models/test_swin.py``.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn.layers import FeedForward, fast
+from aiayn.layers.linear import Linear, linear
+
+ACTIVATIONS = ["gelu", "gelu_tanh", "relu", "silu"]
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the fast path ran")
+
+
+# --- the switch
+
+
+def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(monkeypatch):
+    monkeypatch.setattr(fast, "linear_few_rows", refuse)
+    monkeypatch.setattr(fast, "feedforward_no_grad", refuse)
+    ff, x = FeedForward(8, 32), torch.randn(2, 3, 8)
+    monkeypatch.setattr(fast, "ENABLED", False)
+    with torch.no_grad():
+        ff(x)
+    linear(x, torch.randn(4, 8))
+    monkeypatch.setattr(fast, "ENABLED", True)
+    with pytest.raises(AssertionError, match="fast path ran"), torch.no_grad():
+        ff(x)
+    with pytest.raises(AssertionError, match="fast path ran"):
+        linear(x, torch.randn(4, 8))
+
+
+def test_the_fast_linear_is_left_to_f_linear_where_it_does_not_suit():
+    w = torch.randn(4, 8)
+    assert fast.linear_suits(torch.randn(3, 8), w)
+    assert not fast.linear_suits(torch.randn(fast.FEW_ROWS + 1, 8), w)  # training-sized: F.linear
+    assert not fast.linear_suits(torch.randn(0, 8), w)  # nothing to compute
+    assert not fast.linear_suits(torch.randn(3, 8, dtype=torch.float64), w)  # F.linear's dtype error
+    assert not fast.linear_suits(torch.randn(3, 8, device="meta"), w.to("meta"))  # not the CPU
+
+
+# --- linear_few_rows == F.linear
+
+
+@pytest.mark.parametrize("shape", [(1, 24), (3, 1, 24), (2, 5, 24), (fast.FEW_ROWS, 24)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_few_rows_product_equals_f_linear_values_and_gradients(shape, bias):
+    torch.manual_seed(0)
+    x, w = torch.randn(*shape, requires_grad=True), torch.randn(40, 24, requires_grad=True)
+    b = torch.randn(40, requires_grad=True) if bias else None
+    inputs = [t for t in (x, w, b) if t is not None]
+    got = fast.linear_few_rows(x, w, b)
+    expected = F.linear(x, w, b)
+    assert got.shape == expected.shape and got.is_contiguous()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(got)
+    for a, e in zip(torch.autograd.grad(got, inputs, g), torch.autograd.grad(expected, inputs, g)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not fast._ONEDNN, reason="PyTorch built without oneDNN's linear")
+def test_one_row_by_a_large_matrix_goes_to_onednn_only_without_gradients_and_equals_f_linear():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 1, 1024), torch.randn(1024, 1024), torch.randn(1024)
+    assert fast._onednn_suits(x, w, b)  # so the product below is oneDNN's
+    with torch.no_grad():  # outputs of size ~32 (sums of 1024 products): float rounding reaches 2e-5
+        torch.testing.assert_close(fast.linear_few_rows(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    assert not fast._onednn_suits(x, w.requires_grad_(), b)  # oneDNN's op has no backward
+    assert not fast._onednn_suits(x, torch.randn(768, 768), None)  # below ONEDNN_MIN: the BLAS
+
+
+@pytest.mark.parametrize(("rows", "d"), [(3, 8), (1, 1024)])
+def test_linear_with_the_switch_on_equals_it_off(rows, d, monkeypatch):
+    torch.manual_seed(0)
+    layer, x = Linear(d, d), torch.randn(rows, d)
+    with torch.no_grad():
+        on = layer(x)
+        monkeypatch.setattr(fast, "ENABLED", False)
+        off = layer(x)
+    torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-4)
+
+
+# --- feedforward_no_grad == FeedForward's plain forward
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("chunk_rows", [3, 10, 4096])  # 10 rows: groups of 3, 3, 3, 1; one group; one group
+def test_feedforward_without_gradients_equals_the_plain_path(activation, chunk_rows, monkeypatch):
+    torch.manual_seed(0)
+    ff = FeedForward(8, 32, activation=activation)
+    x = torch.randn(2, 5, 8)
+    before = x.clone()
+    monkeypatch.setattr(fast, "ENABLED", False)
+    with torch.no_grad():
+        plain = ff(x)
+        got = fast.feedforward_no_grad(ff, x, chunk_rows=chunk_rows)
+    assert got.shape == plain.shape == (2, 5, 8)
+    torch.testing.assert_close(got, plain)
+    torch.testing.assert_close(x, before)  # the input is never overwritten, only the hidden layer
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activation, monkeypatch):
+    torch.manual_seed(0)
+    ff = FeedForward(8, 32, activation=activation)
+    x = torch.randn(2, 5, 8)
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(fast, "ENABLED", enabled)
+        ff.zero_grad()
+        xi = x.clone().requires_grad_()
+        ff(xi).square().sum().backward()  # an in-place activation would have destroyed the backward's input
+        results.append([xi.grad] + [p.grad.clone() for p in ff.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
+    assert results[0][1].abs().sum() > 0  # fc1.weight learns
