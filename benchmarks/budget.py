@@ -12,6 +12,7 @@ repeated on any machine (busy or quiet, faster or slower) with the same result o
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import tempfile
 from collections.abc import Callable, Iterator
@@ -40,6 +41,15 @@ def parse_args(p: argparse.ArgumentParser, argv: list[str] | None, quick: dict[s
     if args.out is None:
         args.out = tempfile.mkdtemp(prefix=f"{name}-quick-") if args.quick else str(RESULTS)
     return args
+
+
+def write_results(out: str | Path, name: str, results: dict[str, Any]) -> Path:
+    """``results`` as ``<out>/<name>.json`` (the folder made if needed); says where, returns the path."""
+    path = Path(out) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
 
 
 def train_for(

@@ -1,4 +1,4 @@
-"""Translation: a small Transformer trained on this machine's CPU, chosen on validation, scored once on test.
+"""Translation: the ``multi30k-de-en`` recipe on this machine's CPU, chosen on validation, scored once on test.
 
     python benchmarks/translation_multi30k.py                      # Multi30k de -> en, 1,433 updates
     python benchmarks/translation_multi30k.py --minutes 60         # as many updates as 60 minutes allow
@@ -6,17 +6,24 @@
     python benchmarks/translation_multi30k.py --data ../shared/data/tatoeba-cmn-eng/cmn.txt \\
         --src-lang en --tgt-lang zh --updates 510                  # Tatoeba en -> zh (20 minutes here)
 
-The training is the ``multi30k-de-en`` recipe preset (``aiayn train multi30k-de-en``): the paper's (post-norm,
-label smoothing 0.1, Adam 0.9/0.98/1e-9, warm-up) with the schedule
-fitted to the run (``budget.py``): after a linear warm-up the rate decays linearly to zero at the last
-update, and the checkpoints of the last 20% are averaged (section 6.1 averages the last 5). 1,433 updates
-is what 60 minutes gave on this kind of machine; ``--updates`` makes the run the same on a busy machine.
+It is these commands, run for you, with the numbers gathered into one results file:
 
-Choices use the validation split only: four ways to finish (the last checkpoint or the average, greedy or
-beam 4 with length penalty 0.6) are scored on all of it, the best is chosen, and that one alone is scored
-on the test split (Multi30k's ``test_2016_flickr``; for a TSV, 1,000 held-out pairs after a seeded shuffle,
-with the 1,000 before them as validation). Results go to ``<out>/<name>.json`` and a curve to
-``<out>/<name>.png``.
+    aiayn train multi30k-de-en --data-dir DIR                      # writes model.safetensors, average.safetensors
+    aiayn evaluate --run runs/multi30k-de-en --data multi30k --data-dir DIR --split val --beam 1
+        (and --beam 4, and each with --weights average.safetensors: the four ways to finish, on validation)
+    aiayn evaluate --run runs/multi30k-de-en --data multi30k --data-dir DIR --beam B [--weights ...]
+        (test_2016_flickr, once, for the way validation chose)
+
+The recipe preset (``aiayn.recipes.PRESETS``) is the paper's training (post-norm, label smoothing 0.1, Adam
+0.9/0.98/1e-9, warm-up) fitted to a short run: the rate decays linearly to zero at the last update, and the
+weights at 5 points of the last 20% are averaged (section 6.1 averages the last 5 checkpoints). 1,433
+updates is what 60 minutes gave on this kind of machine; ``--updates`` makes the run the same on a busy one.
+
+Choices use the validation split only: the four ways to finish (the last weights or the average, greedy or
+beam 4 with length penalty 0.6) are scored on all of it, the best is chosen, and that one alone is scored on
+the test split: Multi30k's ``test_2016_flickr``; for a TSV, 1,000 pairs set aside after a seeded shuffle
+(the recipe holds out 1,000 of the rest as validation). Results go to ``<out>/<name>.json`` and the
+validation curve to ``<out>/<name>.png``.
 """
 
 from __future__ import annotations
@@ -25,21 +32,24 @@ import argparse
 import json
 import platform
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from budget import parse_args, train_for
+from budget import parse_args
 
 import aiayn
-from aiayn.data import encode_pairs, held_out_split, read_corpus, token_batches, train_tokenizers
+from aiayn import recipes
+from aiayn.data import held_out_split, read_corpus
 from aiayn.evaluation import corpus_scores
-from aiayn.recipes.translation import translate_texts
-from aiayn.training import average_checkpoints, label_smoothed_loss
+from aiayn.recipes.translation import load_pairs, translate
 
 HERE = Path(__file__).parent
-# --quick: a toy model on 2,000 pairs, 20 updates, 8 pairs to score
-QUICK = {"updates": 20, "vocab_size": 300, "d_model": 64, "layers": 1, "warmup": 5, "max_tokens": 1024}
+PRESET = recipes.PRESETS["multi30k-de-en"][1]
+# --quick: a toy model on 2,000 pairs, 20 updates, 8 pairs to validate on and 8 to test
+QUICK = {"updates": 20, "quick_pairs": 2000}
+QUICK_SETTINGS = {"vocab_size": 300, "max_tokens": 1024, "warmup": 5, "n_test": 8, "eval_every": 10,
+                  "model": {**PRESET["model"], "d_model": 64, "n_heads": 1, "n_encoder_layers": 1,
+                            "n_decoder_layers": 1, "d_ff": 256}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,18 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--src-lang", default="de")
     p.add_argument("--tgt-lang", default="en")
-    p.add_argument("--updates", type=int, default=1433, help="updates to train (the recipe's)")
+    p.add_argument("--updates", type=int, default=PRESET["steps"], help="updates to train (the recipe's)")
     p.add_argument("--minutes", type=float, default=None, help="train for this long instead of --updates")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--max-tokens", type=int, default=3072)
-    p.add_argument("--warmup", type=int, default=400)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default=None)
+    p.add_argument("--quick-pairs", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--replot", metavar="RESULTS", help="train nothing: redraw the curve of a results file")
     args = parse_args(p, argv, QUICK, "translation")
     if args.replot:
@@ -71,101 +75,72 @@ def main(argv: list[str] | None = None) -> None:
     multi30k = args.data == "multi30k"
     name = args.name or (f"translation_multi30k_{args.src_lang}_{args.tgt_lang}" if multi30k
                          else f"translation_{Path(args.data).stem}_{args.src_lang}_{args.tgt_lang}")
+    work = Path(tempfile.mkdtemp(prefix=name))
+    langs = {"src_lang": args.src_lang, "tgt_lang": args.tgt_lang}
     if multi30k:
-        train_pairs, val_pairs = (read_corpus("multi30k", args.data_dir, split, args.src_lang, args.tgt_lang)
-                                  for split in ("train", "val"))
-    else:
-        train_pairs, val_pairs = held_out_split(read_corpus(args.data), 1000, args.seed)
-    if multi30k:
-        test_pairs, test_name = read_corpus("multi30k", args.data_dir, "test_2016_flickr", args.src_lang,
-                                            args.tgt_lang), "test_2016_flickr"
-    else:  # a TSV: the last 1,000 held out are the test set, the 1,000 before them validation
-        test_pairs, test_name = val_pairs, "held-out 1,000 pairs"
-        train_pairs, val_pairs = train_pairs[:-1000], train_pairs[-1000:]
+        test_pairs, test_name = read_corpus("multi30k", args.data_dir, "test_2016_flickr", **langs), "test_2016_flickr"
+        data = {"data": ["multi30k"], "data_dir": args.data_dir}
+        if args.quick:  # a slice of the training pairs, as a TSV the recipe holds 8 of out
+            data = {"data": [_tsv(read_corpus("multi30k", args.data_dir, "train", **langs)[: args.quick_pairs],
+                                  work / "train.tsv")]}
+    else:  # a TSV: 1,000 pairs set aside for test; the recipe holds out 1,000 of the rest for validation
+        rest, test_pairs = held_out_split(read_corpus(args.data), 1000, args.seed)
+        test_name = "1,000 pairs set aside"
+        data = {"data": [_tsv(rest[: args.quick_pairs], work / "train.tsv")], "n_test": 1000}
     if args.quick:
-        train_pairs, val_pairs, test_pairs = train_pairs[:2000], val_pairs[:8], test_pairs[:8]
-    curve_pairs = val_pairs[:500]
-    src_tok, tgt_tok = train_tokenizers(train_pairs, kind="bpe", vocab_size=args.vocab_size, joint=True)
-    cfg = aiayn.preset("transformer-tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
-                       d_model=args.d_model, n_heads=args.d_model // 64, n_encoder_layers=args.layers,
-                       n_decoder_layers=args.layers, d_ff=4 * args.d_model, dropout=args.dropout, max_len=512)
-    model = aiayn.build(cfg)
-    length = f"{args.minutes:g} minutes" if args.minutes is not None else f"{args.updates:,} updates"
-    print(f"{name}: {len(train_pairs):,} training pairs; model {aiayn.count_parameters(model):,} parameters, "
-          f"joint BPE {src_tok.vocab_size:,}; {length} on {torch.get_num_threads()} threads")
+        test_pairs = test_pairs[:8]
+    budget = {"minutes": args.minutes} if args.minutes is not None else {"steps": args.updates}
+    cfg = recipes.config("multi30k-de-en", **data, **langs, **budget, seed=args.seed, out=str(work), name="run",
+                         **(QUICK_SETTINGS if args.quick else {}))
+    val_pairs = load_pairs(cfg)[2]  # the recipe's validation split, as it holds it out
+    print(f"{name}: the multi30k-de-en recipe, {cfg.steps if args.minutes is None else args.minutes} "
+          f"{'updates' if args.minutes is None else 'minutes'} on {torch.get_num_threads()} threads")
+    done = recipes.train(cfg, progress=False)
+    run, history = done["run"], done["history"]
+    trained = history[-1]["seconds"]
+    curve = [{"minutes": round(history[r["step"] - 1]["seconds"] / 60, 2), "step": r["step"],
+              "val_loss": round(r["val_loss"], 4), "val_bleu_greedy": round(r["bleu"], 2)}
+             for r in done["validation"]]
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+    def score(pairs, finish: tuple[str | None, int]) -> dict:
+        weights, beam = finish
+        hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights)
+        return corpus_scores(hyps, [t for _, t in pairs], args.tgt_lang)
 
-    def loss_fn(model, batch):
-        src, tgt_in, tgt_out = batch
-        return label_smoothed_loss(model(src, tgt_in), tgt_out, cfg.pad_id, 0.1)
+    def words(finish: tuple[str | None, int]) -> str:
+        weights = "last" if finish[0] is None else f"average of {cfg.average}"
+        return f"{weights}, {'greedy' if finish[1] == 1 else 'beam 4'}"
 
-    curve: list[dict] = []
-    saved: list[Path] = []
-    tmp = Path(tempfile.mkdtemp(prefix=name))
-    marks = {"curve": 0, "saved": 0}
-
-    def on_chunk(step: int, history: list[dict], total: int) -> None:
-        trained = history[-1]["seconds"]
-        if step >= 0.8 * total and step - marks["saved"] >= total // 25:  # the last 20%: keep for averaging
-            saved.append(aiayn.save(model, tmp / f"step{step}.safetensors"))
-            marks["saved"] = step
-        if step >= marks["curve"] or step >= total:  # 8 points along the run
-            t = time.perf_counter()
-            hyps = translate_texts(model, src_tok, tgt_tok, [s for s, _ in curve_pairs])
-            bleu = corpus_scores(hyps, [r for _, r in curve_pairs], args.tgt_lang)["bleu"]
-            curve.append({"minutes": round(trained / 60, 2), "step": step, "loss": history[-1]["loss"],
-                          "val_bleu_greedy": round(bleu, 2)})
-            print(f"  {trained / 60:5.1f} min  update {step:5d} of {total:5d}  loss {history[-1]['loss']:.3f}  "
-                  f"val BLEU (greedy, 500) {bleu:5.2f}   [{time.perf_counter() - t:.0f} s to decode]", flush=True)
-            marks["curve"] = step + total // 8
-
-    batches = token_batches(encode_pairs(train_pairs, src_tok, tgt_tok), args.max_tokens, cfg.pad_id, cfg.bos_id,
-                            cfg.eos_id, args.seed)
-    budget = {"minutes": args.minutes} if args.minutes is not None else {"minutes": None, "updates": args.updates}
-    history = train_for(model, batches, optimizer, loss_fn, warmup=args.warmup, shape="linear", on_chunk=on_chunk,
-                        chunk=min(50, args.updates), **budget)
-    step, trained = len(history), history[-1]["seconds"]
-
-    results = {"name": name, "data": args.data, "test": test_name, "args": vars(args),
-               "params": aiayn.count_parameters(model), "updates": step, "train_minutes": round(trained / 60, 1),
-               "target_tokens_per_s": round(sum(r["tokens"] for r in history) / trained), "curve": curve,
-               "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                           "torch": torch.__version__}}
-    finishes = {}
-    for label, weights in (("last", None), (f"average of last {len(saved)}", tmp / "avg.safetensors")):
-        if weights is not None:
-            average_checkpoints(saved, weights)
-        finishes.update({(label, beam): weights for beam in (1, 4)})
-
-    def score(pairs, finish: tuple[str, int]) -> dict:
-        weights, beam = finishes[finish], finish[1]
-        chosen_model = model if weights is None else aiayn.load(weights)
-        t = time.perf_counter()
-        hyps = translate_texts(chosen_model, src_tok, tgt_tok, [s for s, _ in pairs], beam=beam)
-        scores = corpus_scores(hyps, [r for _, r in pairs], args.tgt_lang)
-        print(f"    {finish[0]}, {'greedy' if beam == 1 else 'beam 4'}: BLEU {scores['bleu']:.2f}   "
-              f"[{time.perf_counter() - t:.0f} s]")
-        return scores
-
-    def words(finish: tuple[str, int]) -> str:
-        return f"{finish[0]}, {'greedy' if finish[1] == 1 else 'beam 4'}"
-
+    finishes = [(weights, beam) for weights in (None, "average.safetensors") for beam in (1, 4)]
     print(f"  validation ({len(val_pairs):,} pairs): the four ways to finish")
-    val_bleu = {words(f): round(score(val_pairs, f)["bleu"], 2) for f in finishes}
+    val_bleu = {}
+    for finish in finishes:
+        val_bleu[words(finish)] = round(score(val_pairs, finish)["bleu"], 2)
+        print(f"    {words(finish)}: BLEU {val_bleu[words(finish)]:.2f}")
     choice = max(finishes, key=lambda f: val_bleu[words(f)])
-    print(f"  test ({test_name}): the choice on validation alone")
     scores = score(test_pairs, choice)  # the test split: once, for the choice made on validation
-    results["val_bleu"] = val_bleu
-    results["choice"] = words(choice)
-    results["test_bleu"] = round(scores["bleu"], 2)
-    results["test_chrf"] = round(scores["chrf"], 2)
-    results["signature"] = scores["signature"]
+    print(f"  test ({test_name}), {words(choice)}: BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}")
+
+    model = aiayn.load(run)
+    results = {
+        "name": name, "data": args.data, "test": test_name, "args": vars(args), "recipe": cfg.to_dict(),
+        "params": aiayn.count_parameters(model), "updates": len(history), "train_minutes": round(trained / 60, 1),
+        "target_tokens_per_s": round(sum(r["tokens"] for r in history) / trained), "curve": curve,
+        "val_bleu": val_bleu, "choice": words(choice), "test_bleu": round(scores["bleu"], 2),
+        "test_chrf": round(scores["chrf"], 2), "signature": scores["signature"],
+        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__},
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n")
     _plot(curve, out / f"{name}.png", name)
     print(f"wrote {out / name}.json and .png")
+
+
+def _tsv(pairs: list[tuple[str, str]], path: Path) -> str:
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return str(path)
 
 
 def _plot(curve: list[dict], path: Path, title: str) -> None:
@@ -177,7 +152,7 @@ def _plot(curve: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([c["step"] for c in curve], [c["val_bleu_greedy"] for c in curve], marker="o",
-            label="validation (its first 500 pairs), greedy")
+            label="validation, greedy")
     ax.set_xlabel("updates")
     ax.set_ylabel("BLEU")
     ax.set_title(title)

@@ -17,13 +17,12 @@ a new temporary folder unless ``--out`` says where; its numbers say nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
 
 import torch
-from budget import parse_args, train_for
+from budget import parse_args, train_for, write_results
 
 import aiayn
 from aiayn.data.images import read_images
@@ -106,10 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         print(f"{name}: test accuracy {acc:.2%} on {len(test[1]):,} images after {len(history)} updates "
               f"({results['models'][name]['epochs']} epochs) in {trained / 60:.1f} minutes")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "vision_mnist.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out / 'vision_mnist.json'}")
+    write_results(args.out, "vision_mnist", results)
 
 
 if __name__ == "__main__":

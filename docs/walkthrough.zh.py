@@ -53,7 +53,8 @@ model, src_tok, tgt_tok = load_run(run)
 model.eval()
 torch.set_grad_enabled(False)  # 之后只做计算, 不做训练
 cfg = model.cfg
-print(f"d_model={cfg.d_model}, heads={cfg.n_heads}, d_k={cfg.d_head}, layers={cfg.n_encoder_layers}+{cfg.n_decoder_layers}")
+print(f"d_model={cfg.d_model}, heads={cfg.n_heads}, d_k={cfg.d_head}, "
+      f"layers={cfg.n_encoder_layers}+{cfg.n_decoder_layers}")
 text = "abcde"
 src, tgt_in, tgt_out = seq2seq_batch([(text, text)], src_tok, tgt_tok)
 print("source ids", src.tolist(), " decoder input", tgt_in.tolist())

@@ -48,8 +48,8 @@ def comparison_rows(names: list[str]) -> list[str]:
         if pub.size is not None:
             paper_compute += f" at {_size(pub.size)}"
         if name not in names:
-            rows.append(f"| {name} | {_n(pub.parameters, printed=True)} | not built yet | | {paper_compute} | not built yet | | "
-                        f"{pub.source} |")
+            rows.append(f"| {name} | {_n(pub.parameters, printed=True)} | not built yet | | {paper_compute} "
+                        f"| not built yet | | {pub.source} |")
             continue
         params, compute = ours(name)
         mine = "" if compute is None else f"{compute / 1e9:.2f}G" if compute < 1e15 else _n(compute, True)

@@ -1,3 +1,6 @@
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,8 +18,5 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-import sys
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/shared.py: where the shared data sets are

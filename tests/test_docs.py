@@ -34,7 +34,8 @@ def test_the_chinese_walkthrough_has_the_same_code():
 def test_the_chinese_readme_gives_the_same_setup_commands():
     def blocks(path):
         text = path.read_text(encoding="utf-8")
-        return [re.search(rf"<!-- {m} -->\n```sh\n(.*?)```", text, re.S).group(1) for m in ("readme:main", "readme:test")]
+        return [re.search(rf"<!-- {m} -->\n```sh\n(.*?)```", text, re.S).group(1)
+                for m in ("readme:main", "readme:test")]
 
     assert blocks(ROOT / "README.zh-CN.md") == blocks(ROOT / "README.md")
 
@@ -43,6 +44,6 @@ def test_the_walkthrough_runs_and_every_check_in_it_passes():
     path = ROOT / "docs" / "walkthrough.py"
     if not path.is_file():
         pytest.skip("docs/ is not next to the tests")
-    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("  ok: ") == 4 and "done: every step above matched the library" in run.stdout

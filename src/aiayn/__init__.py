@@ -6,16 +6,47 @@
     aiayn.count_parameters(model)
     aiayn.save(model, "runs/x"); model = aiayn.load("runs/x")
     model = aiayn.from_hf(hf_model_or_folder)
+
+The names below are imported on first use (PEP 562), so ``import aiayn`` and ``aiayn --help`` do not wait for
+PyTorch; ``aiayn.layers``, ``aiayn.models`` and the other subpackages import as usual.
 """
 
-from aiayn.analysis import count_parameters
-from aiayn.models import build, preset, presets
-from aiayn.training.checkpoint import load, save
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it
+_LAZY = {
+    "build": "aiayn.models",
+    "preset": "aiayn.models",
+    "presets": "aiayn.models",
+    "count_parameters": "aiayn.analysis",
+    "save": "aiayn.training.checkpoint",
+    "load": "aiayn.training.checkpoint",
+}
 
-def from_hf(source):
+if TYPE_CHECKING:  # what type checkers and editors see
+    from aiayn.analysis import count_parameters
+    from aiayn.models import build, preset, presets
+    from aiayn.training.checkpoint import load, save
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+    raise AttributeError(f"module 'aiayn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def from_hf(source: Any) -> Any:
     """An aiayn model computing what a Hugging Face model (or a local Hugging Face folder) computes;
     see :func:`aiayn.convert.from_hf`."""
     from aiayn.convert import from_hf as convert
@@ -23,11 +54,11 @@ def from_hf(source):
     return convert(source)
 
 
-def embed(folder_or_run, texts):
+def embed(folder_or_run: Any, texts: list[str]) -> Any:
     """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.recipes.mlm.embed`."""
     from aiayn.recipes.mlm import embed as run
 
     return run(folder_or_run, texts)
 
 
-__all__ = ["embed", "build", "preset", "presets", "count_parameters", "save", "load", "from_hf", "__version__"]
+__all__ = ["__version__", "build", "count_parameters", "embed", "from_hf", "load", "preset", "presets", "save"]

@@ -22,8 +22,8 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    """Call ``write(tmp_path)``, fsync the file, and rename it to ``path``."""
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
+    """Call ``write(tmp_path)`` (what it returns is ignored), fsync the file, and rename it to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

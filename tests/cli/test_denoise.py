@@ -28,7 +28,7 @@ def test_corrupt_applies_sentence_noise_then_token_noise():
     assert 4 in infilled and abs(sum(t != 4 for t in infilled) - 700) <= 5  # 30% of the tokens gone under masks
     assert corrupt(doc, 4, rng, ("mask",), ratio=0.3).count(4) == 300
     assert corrupt(doc, 4, rng, ()) == doc[0]
-    with pytest.raises(ValueError, match="unknown.*shuffle"):
+    with pytest.raises(ValueError, match=r"unknown.*shuffle"):
         corrupt(doc, 4, rng, ("shuffle",))
 
 

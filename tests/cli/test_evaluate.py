@@ -3,6 +3,7 @@ computation done here by hand; `aiayn viz history` draws any run; `--minutes` fi
 
 import json
 import math
+import re
 
 import pytest
 import sacrebleu
@@ -124,3 +125,28 @@ def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_threa
     assert result["validation"][-1]["step"] == saved["steps"]
     longer = recipes.resume(result["run"], steps=saved["steps"] + 2, progress=False, verbose=False)
     assert len(longer["history"]) == saved["steps"] + 2
+
+
+def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluate_reads_it(tmp_path):
+    from aiayn.recipes.base import average_points
+
+    assert average_points(5, 1433) == [1205, 1262, 1319, 1376, 1433]  # the last 286 updates, 57 apart
+    assert average_points(3, 10) == [8, 9, 10] and average_points(4, 2) == [1, 2] and average_points(0, 9) == []
+    done = recipes.train("copy", n_train=300, n_test=10, max_tokens=128, out=str(tmp_path), model={"d_model": 32},
+                         average=3, **{**TINY, "steps": 10})
+    run = done["run"]
+    kept = [aiayn.load(run / "checkpoints" / f"step{s}.safetensors").state_dict() for s in (8, 9, 10)]
+    last, average = aiayn.load(run).state_dict(), aiayn.load(run / "average.safetensors").state_dict()
+    assert json.loads((run / "run.json").read_text())["averaged_steps"] == [8, 9, 10]
+    assert all(torch.equal(kept[-1][k], last[k]) for k in last)  # the last point is the final update
+    assert max((sum(sd[k] for sd in kept) / 3 - average[k]).abs().max().item() for k in average) < 1e-6
+    assert max((kept[0][k] - last[k]).abs().max().item() for k in last) > 1e-4  # three different weights
+
+    pairs = make_pairs("copy", 0, 12, seed=5)[1]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    scores = evaluate(run, data=[str(tsv)], beam=1, weights="average.safetensors")
+    hyps = translate(run, [s for s, _ in pairs], weights=run / "average.safetensors")
+    assert math.isclose(scores["bleu"], sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs_tol=1e-9)
+    with pytest.raises(FileNotFoundError, match=re.escape("weights='nothing.safetensors'")):
+        translate(run, ["abc"], weights="nothing.safetensors")

@@ -16,7 +16,7 @@ VALUES = {
     "preset": {"translation": "transformer-base", "lm": "gpt2", "mlm": "bert-base", "denoise": "bart-base",
                "image": "swin-tiny", "detect": "detr-r50"},
     "steps": 7, "minutes": 1.5, "warmup": 3, "accum": 2, "eval_every": 5, "save_every": 4, "bf16": True,
-    "compile": True, "seed": 9, "out": "elsewhere", "name": "mine",
+    "compile": True, "seed": 9, "out": "elsewhere", "name": "mine", "average": 3, "val_data": "b.txt",
     "data": {"translation": ["a.tsv"], "lm": "a.txt", "mlm": "a.txt", "denoise": "a.txt", "image": "mnist",
              "detect": "voc"},
     "data_dir": "some/folder", "test_dir": "other/folder", "src_lang": "en", "tgt_lang": "zh", "tokenizer": "bpe",
@@ -47,7 +47,8 @@ def test_every_field_is_a_flag_that_reaches_the_config(task):
     for field in fields:
         v = value(field, task)
         assert getattr(defaults, field) != v, f"{task}.{field}: the test value is the default"
-        extra = ["--data-dir", "x"] if task == "detect" and field == "data" else []  # voc needs its folder
+        needs = {("detect", "data"): ["--data-dir", "x"], ("lm", "val_data"): ["--data", "a.txt"]}  # voc: its folder
+        extra = needs.get((task, field), [])
         cfg, _ = to_config([task, *flag(field, v), *extra], _Parser)
         assert getattr(cfg, field) == v, f"{task} --{field}"
         assert cfg.recipe == task

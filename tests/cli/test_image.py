@@ -53,7 +53,8 @@ def test_mnist_files_idx_and_csv(tmp_path):
     folder.mkdir()
     for prefix in ("train", "t10k"):  # IDX: magic 0x0803 / 0x0801, big-endian sizes, then the bytes
         with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
-            f.write(bytes([0, 0, 8, 3]) + b"".join(n.to_bytes(4, "big") for n in (5, 28, 28)) + images.numpy().tobytes())
+            f.write(bytes([0, 0, 8, 3]) + b"".join(n.to_bytes(4, "big") for n in (5, 28, 28))
+                    + images.numpy().tobytes())
         (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(bytes([0, 0, 8, 1]) + (5).to_bytes(4, "big")
                                                              + labels.numpy().tobytes())
     assert torch.equal(read_idx(folder / "train-images-idx3-ubyte.gz"), images)

@@ -17,7 +17,8 @@ from shared import DATA
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "aiayn", *args], capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,9 @@ def test_generate_streams_and_stops_at_a_stop_string(lm_run):
 
 
 def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
-    common = dict(steps=12, n_train=500, n_test=10, block=32, batch_size=4, eval_every=6, save_every=100,
-                  progress=False, verbose=False, model={"d_model": 32, "n_layers": 2, "d_ff": 64, "dropout": 0.1})
+    common = {"steps": 12, "n_train": 500, "n_test": 10, "block": 32, "batch_size": 4, "eval_every": 6,
+              "save_every": 100, "progress": False, "verbose": False,
+              "model": {"d_model": 32, "n_layers": 2, "d_ff": 64, "dropout": 0.1}}
     straight = recipes.train("lm", out=str(tmp_path / "a"), **common)
     real = aiayn.recipes.lm.lm_batches
 
@@ -78,7 +80,7 @@ def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped
             yield batch
 
     monkeypatch.setattr(aiayn.recipes.lm, "lm_batches", interrupted)
-    with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
+    with pytest.raises(KeyboardInterrupt, match=r"after step 8.*aiayn train --resume"):
         recipes.train("lm", out=str(tmp_path / "b"), **common)
     monkeypatch.undo()
     resumed = recipes.resume(tmp_path / "b" / "lm-dates", progress=False, verbose=False)
@@ -105,6 +107,22 @@ def test_a_text_file_trains_with_byte_level_bpe(tmp_path):
     assert last["val_loss"] < first["val_loss"]
     assert last["val_loss"] <= math.log(tok.vocab_size) - 0.8
     assert result["sample"]
+
+
+def test_val_data_validates_on_its_own_file_and_all_of_data_trains(tmp_path, capsys):
+    from aiayn.recipes.lm import perplexity
+
+    lines = date_lines(200, seed=1)
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("\n".join(lines[:150]) + "\n")
+    val.write_text("\n".join(lines[150:]) + "\n")
+    result = recipes.train("lm", data=str(train), val_data=str(val), tokenizer="char", steps=2, warmup=1, block=16,
+                           model={"d_model": 32, "max_len": 16}, out=str(tmp_path), progress=False)
+    assert f"{len(train.read_text()):,} training tokens, {len(val.read_text()):,} held out" in capsys.readouterr().out
+    # the last validation (the final weights, every block of val.txt) is `aiayn evaluate`'s number on val.txt
+    assert result["validation"][-1]["val_loss"] == pytest.approx(perplexity(result["run"], val)["loss"], rel=1e-5)
+    with pytest.raises(ValueError, match="val_data needs data"):
+        recipes.config("lm", val_data=str(val))
 
 
 def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):

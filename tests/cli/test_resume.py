@@ -13,15 +13,16 @@ from aiayn import recipes
 # dropout 0.1 everywhere (detr-tiny has none) so the restored random generator matters
 TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64, "dropout": 0.1}
 TASKS = {  # recipe module, its batch stream, tokenizer class (None: no tokenizer), settings, model fields
-    "mlm": ("aiayn.recipes.mlm", "batches", "WordPieceTokenizer", dict(n_train=300, n_test=20, batch_size=4),
+    "mlm": ("aiayn.recipes.mlm", "batches", "WordPieceTokenizer", {"n_train": 300, "n_test": 20, "batch_size": 4},
             dict(n_layers=2, **TINY)),
     "denoise": ("aiayn.recipes.denoise", "batches", "BPETokenizer",
-                dict(n_train=300, n_test=10, batch_size=4, vocab_size=300),
+                {"n_train": 300, "n_test": 10, "batch_size": 4, "vocab_size": 300},
                 dict(n_encoder_layers=1, n_decoder_layers=1, **TINY)),
-    "image": ("aiayn.recipes.image", "batches", None, dict(n_train=200, n_test=40, batch_size=16),
+    "image": ("aiayn.recipes.image", "batches", None, {"n_train": 200, "n_test": 40, "batch_size": 16},
               dict(n_layers=2, **TINY)),
     # 64 px shapes, 1 + 1 layers
-    "detect": ("aiayn.recipes.detect", "shape_batches", None, dict(n_test=8, batch_size=4, image_size=64, warmup=4),
+    "detect": ("aiayn.recipes.detect", "shape_batches", None,
+               {"n_test": 8, "batch_size": 4, "image_size": 64, "warmup": 4},
                dict(n_encoder_layers=1, n_decoder_layers=1, **TINY)),
 }
 
@@ -55,7 +56,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
             yield batch
 
     monkeypatch.setattr(module, stream, interrupted)
-    with pytest.raises(KeyboardInterrupt, match="after step 8.*aiayn train --resume"):
+    with pytest.raises(KeyboardInterrupt, match=r"after step 8.*aiayn train --resume"):
         recipes.train(task, out=str(tmp_path / "b"), **common)
     monkeypatch.undo()
     (run,) = (tmp_path / "b").iterdir()

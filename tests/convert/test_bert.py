@@ -14,8 +14,9 @@ pytestmark = pytest.mark.parity
 
 
 def bert_config(**overrides):
-    cfg = dict(vocab_size=120, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
-               max_position_embeddings=40, type_vocab_size=2, initializer_range=0.2, pad_token_id=0)
+    cfg = {"vocab_size": 120, "hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 96, "max_position_embeddings": 40, "type_vocab_size": 2, "initializer_range": 0.2,
+           "pad_token_id": 0}
     cfg.update(overrides)
     return transformers.BertConfig(**cfg)
 
@@ -114,8 +115,8 @@ def test_real_minilm_sentence_embeddings_equal_sentence_transformers():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "aiayn", "embed", "--model", str(folder), "--similarity", *SENTENCES[:3]],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "aiayn", "embed", "--model", str(folder), "--similarity",
+                          *SENTENCES[:3]], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     torch.testing.assert_close(torch.tensor([json.loads(line) for line in out.stdout.splitlines()]), sim[:3, :3],
                                atol=1e-5, rtol=1e-5)
@@ -134,5 +135,6 @@ def test_a_folder_with_pytorch_weights_and_only_vocab_txt_embeds_the_same(tmp_pa
 
 def test_mean_pooling_ignores_padding():
     hidden = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [100.0, 100.0]]])
-    torch.testing.assert_close(mean_pool(hidden, torch.tensor([[1, 1, 0]]), normalize=False), torch.tensor([[2.0, 0.0]]))
+    torch.testing.assert_close(mean_pool(hidden, torch.tensor([[1, 1, 0]]), normalize=False),
+                               torch.tensor([[2.0, 0.0]]))
     torch.testing.assert_close(mean_pool(hidden, torch.tensor([[1, 1, 0]])), torch.tensor([[1.0, 0.0]]))

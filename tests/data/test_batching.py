@@ -54,5 +54,5 @@ def test_synthetic_held_out_sources_never_occur_in_training():
     train, test = make_pairs("dates", 5000, 300, seed=3)
     assert len(test) == 300 and not {s for s, _ in test} & {s for s, _ in train}
     for src, tgt in test[:50]:
-        year, month, day = tgt.split("-")
+        year, _month, _day = tgt.split("-")
         assert year in src and len(tgt) == 10

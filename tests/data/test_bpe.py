@@ -190,9 +190,9 @@ def test_bpe_tokenizer_feeds_the_batching_code(tok, made_up):
     src, tgt_in, tgt_out = seq2seq_batch(pairs[:4], tok, tok)
     assert src.shape[0] == tgt_in.shape[0] == 4 and tgt_in.shape == tgt_out.shape
     assert (tgt_in[:, 0] == tok.bos_id).all()
-    for row, (en, zh) in zip(tgt_out.tolist(), pairs[:4]):
+    for row, (_en, zh) in zip(tgt_out.tolist(), pairs[:4]):
         assert tok.decode(row) == zh
-    for row, (en, zh) in zip(src.tolist(), pairs[:4]):
+    for row, (en, _zh) in zip(src.tolist(), pairs[:4]):
         assert tok.decode(row) == en
 
 

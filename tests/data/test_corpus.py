@@ -8,7 +8,7 @@ import pytest
 
 from aiayn.data import corpus
 from aiayn.data.corpus import MULTI30K_SHA256, MULTI30K_URL, multi30k, read_parallel, read_tsv, sha256
-from shared import DATA  # noqa: E402
+from shared import DATA
 
 M30K = DATA / "multi30k"
 CMN = DATA / "tatoeba-cmn-eng" / "cmn.txt"

@@ -76,5 +76,5 @@ def _split(ids, stop=99):
 
 @pytest.mark.parametrize("fn", [lambda r: token_masking(doc(), MASK, 1.5, r), lambda r: token_deletion(doc(), -0.1, r)])
 def test_bad_ratios_are_refused(fn):
-    with pytest.raises(ValueError, match="ratio=.* must be in"):
+    with pytest.raises(ValueError, match=r"ratio=.* must be in"):
         fn(np.random.default_rng(0))

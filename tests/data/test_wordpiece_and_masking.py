@@ -21,7 +21,7 @@ def test_wordpiece_from_a_vocab_txt(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tok = WordPieceTokenizer.from_vocab(tmp_path / "vocab.txt")
     assert tok.encode("The dog sleeps!")[0] == [2, 5, 6, 7, 8, 1, 3]  # "!" is not in the vocabulary
-    ids, types, mask = tok.batch(["the dog", "the dog sleeps . the dog"], max_len=6)
+    ids, _types, mask = tok.batch(["the dog", "the dog sleeps . the dog"], max_len=6)
     assert ids.tolist() == [[2, 5, 6, 3, 0, 0], [2, 5, 6, 7, 8, 3]] and mask.sum(1).tolist() == [4, 6]
 
 

@@ -21,7 +21,8 @@ def tiny_model(seed=3, eos_bias=0.0, vocab=30, **overrides):
     every search finds the same sequence.
     """
     torch.manual_seed(seed)
-    cfg = dict(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, tie_output=False) | overrides
+    cfg = {"src_vocab_size": vocab, "tgt_vocab_size": vocab, "d_model": 32, "n_heads": 4,
+           "tie_output": False} | overrides
     model = aiayn.build("transformer-tiny", **cfg).eval()
     model.generator.bias.data[model.cfg.eos_id] += eos_bias
     return model

@@ -36,7 +36,7 @@ def test_fused_and_explicit_paths_agree_with_equation_1(kind):
 def test_is_causal_equals_explicit_causal_mask():
     q, k, v = qkv(t=6, s=6)
     a, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
-    b, w = scaled_dot_product_attention(q, k, v, causal_mask(6), need_weights=True)
+    b, _ = scaled_dot_product_attention(q, k, v, causal_mask(6), need_weights=True)
     c, _ = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=True)
     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)

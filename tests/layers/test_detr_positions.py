@@ -39,7 +39,8 @@ def test_positions_go_to_queries_and_keys_not_values_as_torch_multihead_attentio
         ref.in_proj_bias.copy_(ours.in_proj.bias)
         ref.out_proj.weight.copy_(ours.out_proj.weight)
         ref.out_proj.bias.copy_(ours.out_proj.bias)
-    x, pos, memory, memory_pos = torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(2, 7, 16)
+    x, pos = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    memory, memory_pos = torch.randn(2, 7, 16), torch.randn(2, 7, 16)
     with torch.no_grad():
         torch.testing.assert_close(ours(x, pos=pos)[0], ref(x + pos, x + pos, x)[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ours(x, memory, pos=pos, memory_pos=memory_pos)[0],
@@ -53,7 +54,8 @@ def test_positions_go_to_queries_and_keys_not_values_as_torch_multihead_attentio
 def test_blocks_pass_positions_to_every_attention():
     torch.manual_seed(0)
     enc, dec = EncoderBlock(16, 4, 32, dropout=0.0).eval(), DecoderBlock(16, 4, 32, dropout=0.0).eval()
-    x, pos, memory, memory_pos = torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(2, 7, 16)
+    x, pos = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    memory, memory_pos = torch.randn(2, 7, 16), torch.randn(2, 7, 16)
     with torch.no_grad():
         h = enc.norm1(x + enc.self_attn(x, pos=pos)[0])
         torch.testing.assert_close(enc(x, pos=pos), enc.norm2(h + enc.ff(h)))

@@ -21,7 +21,8 @@ def test_sinusoidal_table_against_hand_computed_values():
 def test_sinusoidal_formula_at_large_positions_and_dimensions():
     table = sinusoidal_encoding(5000, 512)
     pos, i = 4321, 100
-    torch.testing.assert_close(table[pos, 2 * i], torch.tensor(math.sin(pos / 10000 ** (2 * i / 512))), atol=1e-6, rtol=0)
+    torch.testing.assert_close(table[pos, 2 * i], torch.tensor(math.sin(pos / 10000 ** (2 * i / 512))), atol=1e-6,
+                               rtol=0)
     torch.testing.assert_close(table[pos, 2 * i + 1], torch.tensor(math.cos(pos / 10000 ** (2 * i / 512))), atol=1e-6,
                                rtol=0)
 

@@ -224,7 +224,7 @@ def test_wrong_images_and_configs_are_refused_with_names():
         model(torch.randn(2, 3, 28, 28))
     with pytest.raises(ValueError, match=r"got shape \(3, 28\)"):
         model(torch.randn(3, 28))
-    with pytest.raises(ValueError, match="n_layers=.* and n_heads=.* one value per stage"):
+    with pytest.raises(ValueError, match=r"n_layers=.* and n_heads=.* one value per stage"):
         SwinConfig(n_heads=(3, 6))
     with pytest.raises(ValueError, match=r"stage 2 has 192 channels .* n_heads\[1\]=5"):
         SwinConfig(n_heads=(3, 5, 12, 24))

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,10 +21,11 @@ def test_save_and_load_round_trip_with_tied_weights(tmp_path):
 
 def test_a_failed_write_leaves_the_previous_file(tmp_path):
     target = tmp_path / "x.txt"
-    atomic_write(target, lambda tmp: open(tmp, "w").write("old"))
+    atomic_write(target, lambda tmp: Path(tmp).write_text("old"))
 
     def crash(tmp):
-        open(tmp, "w").write("half")
+        with open(tmp, "w") as f:
+            f.write("half")
         raise RuntimeError("killed mid-write")
 
     with pytest.raises(RuntimeError):
@@ -45,5 +48,5 @@ def test_truncated_or_missing_checkpoints_are_refused(tmp_path):
 def test_atomic_files_get_the_mode_a_plain_open_would_give(tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_text("x")
-    atomic = atomic_write(tmp_path / "atomic.txt", lambda tmp: open(tmp, "w").write("x"))
+    atomic = atomic_write(tmp_path / "atomic.txt", lambda tmp: Path(tmp).write_text("x"))
     assert atomic.stat().st_mode == plain.stat().st_mode

@@ -131,7 +131,8 @@ def test_fsdp_makes_the_same_updates_and_resumes_across_ways_of_splitting(corpus
 
     assert main(lm_args(corpus, tmp_path, "to-fsdp", steps=2, accum=2)) == 0
     torchrun(["train", "--resume", str(tmp_path / "to-fsdp"), "--steps", "4", "--no-progress", "--fsdp"])
-    assert_same_weights(single, tmp_path / "to-fsdp", FSDP_TOL)  # each rank took its shard of weights and Adam's moments
+    # each rank took its shard of weights and Adam's moments
+    assert_same_weights(single, tmp_path / "to-fsdp", FSDP_TOL)
 
 
 SHARDING = """

@@ -30,7 +30,8 @@ def test_padding_positions_are_ignored_and_eps_zero_is_cross_entropy():
     changed = logits.clone()
     changed[0, 2] += 100
     changed[1, 1:] -= 50
-    torch.testing.assert_close(label_smoothed_loss(changed, target, 0, 0.1)[0], label_smoothed_loss(logits, target, 0, 0.1)[0])
+    torch.testing.assert_close(label_smoothed_loss(changed, target, 0, 0.1)[0],
+                               label_smoothed_loss(logits, target, 0, 0.1)[0])
 
 
 def test_the_smoothed_optimum_puts_no_mass_on_padding():
@@ -81,7 +82,7 @@ def test_loss_and_gradient_equal_the_smoothed_distribution_written_out(epsilon):
     q[target == 0] = 0.0
     expected = -(q * logits.log_softmax(-1)).sum()
     (expected_grad,) = torch.autograd.grad(expected, logits)
-    loss, nll, n = label_smoothed_loss(logits, target, pad_id=0, epsilon=epsilon)
+    loss, _nll, n = label_smoothed_loss(logits, target, pad_id=0, epsilon=epsilon)
     (grad,) = torch.autograd.grad(loss, logits)
     assert n == 9
     torch.testing.assert_close(loss, expected)

@@ -40,7 +40,7 @@ def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_naming_the_ke
 
     path = aiayn.save(aiayn.build("transformer-tiny", src_vocab_size=30, tgt_vocab_size=30), tmp_path / "m.safetensors")
     with safe_open(str(path), framework="pt") as f:
-        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not iterable)
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
     config = json.loads(meta["aiayn_config"])
     config["n_encoder_layers"] = 3  # the config now asks for a layer the file does not hold
     save_file(tensors, tmp_path / "other.safetensors", metadata={**meta, "aiayn_config": json.dumps(config)})
@@ -55,7 +55,7 @@ def test_a_training_state_whose_bytes_changed_is_refused_before_anything_is_load
     flip_last_byte(tmp_path / "train_state.safetensors")
     fresh = torch.nn.Linear(3, 2)
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
-    with pytest.raises(ValueError, match="corrupted.*SHA-256"):
+    with pytest.raises(ValueError, match=r"corrupted.*SHA-256"):
         load_train_state(tmp_path, fresh, torch.optim.Adam(fresh.parameters()), None)
     assert all(torch.equal(before[k], v) for k, v in fresh.state_dict().items())  # never half-loaded
 
@@ -95,7 +95,7 @@ def test_a_non_finite_gradient_stops_before_the_update_and_keeps_the_last_save(t
         saved.append(step)
         save_train_state(tmp_path, model, optimizer, None, step, batches=step)
 
-    with pytest.raises(FloatingPointError, match="gradient norm is nan at step 5.*saved after step 4 is intact"):
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan at step 5.*saved after step 4 is intact"):
         fit(model, iter(range(100)), 10, optimizer, nan_at(4), progress=False, save=save, save_every=2)
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())  # the 5th update never ran
     on_disk = torch.nn.Linear(2, 1)

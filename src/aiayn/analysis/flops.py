@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +32,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from aiayn.analysis.formulas import DETR_IMAGE_SIZE, Counts, default_size
 from aiayn.analysis.params import module_part, parameter_table
 from aiayn.layers import MultiHeadAttention, record_attention
+
+if TYPE_CHECKING:
+    from aiayn.models.bert import BERT
 
 aten = torch.ops.aten
 _PROJECTIONS = {aten.mm, aten.addmm}
@@ -70,14 +73,14 @@ def example_forward(model: nn.Module, seq_len: int | None = None, image_size: in
     """
     from aiayn.models import family_of
 
-    cfg = model.cfg
+    cfg: Any = model.cfg  # the config of any family
     family = family_of(cfg)
     if family in ("vit", "swin", "detr"):
         size = image_size or (DETR_IMAGE_SIZE if family == "detr" else cfg.image_size)
         h, w = (size, size) if isinstance(size, int) else size
         images = torch.randn(batch, cfg.in_channels, h, w)
         return lambda: model(images)
-    t = seq_len or default_size(cfg)
+    t = seq_len or cast(int, default_size(cfg))  # a text family's: its max_len
     if family == "transformer":
         ids = torch.randint(3, cfg.src_vocab_size, (batch, t))  # 0, 1, 2 hold pad, bos and eos in every preset
         return lambda: model(ids, ids)
@@ -85,11 +88,12 @@ def example_forward(model: nn.Module, seq_len: int | None = None, image_size: in
         ids = torch.randint(0, cfg.vocab_size, (batch, t))
         return lambda: model(ids)
     ids = torch.randint(1, cfg.vocab_size, (batch, t))  # BERT: not pad_id
+    bert_model = cast("BERT", model)  # the one family left
 
     def bert() -> Tensor:
-        hidden = model(ids)
-        pooled = model.pooled(hidden)
-        for head, x in ((model.mlm, hidden), (model.nsp, pooled), (model.classifier, pooled)):
+        hidden = bert_model(ids)
+        pooled = bert_model.pooled(hidden)
+        for head, x in ((bert_model.mlm, hidden), (bert_model.nsp, pooled), (bert_model.classifier, pooled)):
             if head is not None:
                 head(x)
         return pooled
@@ -114,7 +118,7 @@ def measured_macs(model: nn.Module, forward: Callable[[], Any], explicit_attenti
     with recording, FlopCounterMode(display=False, custom_mapping=KERNEL_FLOPS) as counter:
         forward()
     flops = counter.get_flop_counts()
-    parts = {p: 0 for p in ("embeddings", "attention projections", "attention scores", "feed-forward", "backbone")}
+    parts = dict.fromkeys(("embeddings", "attention projections", "attention scores", "feed-forward", "backbone"), 0)
     claimed: list[str] = []
     for name in sorted(flops, key=lambda n: n.count(".")):  # outer modules first
         if name not in modules or any(name.startswith(c + ".") for c in claimed):

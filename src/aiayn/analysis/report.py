@@ -43,7 +43,7 @@ def count(name: str, seq_len: int | None = None, image_size: int | tuple[int, in
             raise ValueError(f"{flag} must be a positive integer, got {value!r}")
     c = counts(cfg, seq_len=seq_len, image_size=image_size, batch=batch)
     table = parameter_table(cfg)  # module by module; the formulas agree part by part (tests/analysis)
-    size = (image_size if image else seq_len) or default_size(cfg)
+    size: int | tuple[int, int] | list[int] = (image_size if image else seq_len) or default_size(cfg)
     if image:
         size = [size, size] if isinstance(size, int) else list(size)
     report = {
@@ -95,6 +95,7 @@ def _published_lines(name: str, pub: dict[str, Any]) -> list[str]:
                      f"({(mine['compute'] - pub['compute']) / pub['compute']:+.1%})")
     else:
         size = PUBLISHED[name].size
+        assert size is not None  # every entry with a figure in MACs gives the size it is for
         at = f"{size} x {size}" if isinstance(size, int) else f"{size[0]} x {size[1]}"
         lines.append(f"  published: {_printed(pub['compute'], True)} multiply-adds at {at}; ours there "
                      f"{_precise(mine['compute'])} ({(mine['compute'] - pub['compute']) / pub['compute']:+.1%})")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,7 @@ from torch import Tensor, nn
 import aiayn
 from aiayn.benchmark.harness import Case, Side, Target, memory_bandwidth
 from aiayn.decoding import beam_search, greedy, sample
-from aiayn.models.transformer import TransformerConfig
+from aiayn.models.transformer import Transformer, TransformerConfig
 from aiayn.training.losses import label_smoothed_loss
 
 TOLERANCE = 1e-4  # on logits, absolute and relative (float32, a few layers)
@@ -90,6 +90,8 @@ class TorchTransformer(nn.Module):
     feed-forward network) are off; ``dropout`` acts on every sub-layer output and on the embedding sums.
     """
 
+    pe: Tensor  # (max_len, C) the sinusoid table, a buffer
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         c = cfg.d_model
@@ -97,8 +99,8 @@ class TorchTransformer(nn.Module):
         self.embed = nn.Embedding(cfg.src_vocab_size, c, padding_idx=cfg.pad_id)
         self.register_buffer("pe", _interleaved_sinusoids(cfg.max_len, c), persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
-        layer = {"d_model": c, "nhead": cfg.n_heads, "dim_feedforward": cfg.d_ff, "dropout": cfg.dropout,
-                 "batch_first": True}
+        layer: dict[str, Any] = {"d_model": c, "nhead": cfg.n_heads, "dim_feedforward": cfg.d_ff,
+                                 "dropout": cfg.dropout, "batch_first": True}
         encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), cfg.n_encoder_layers,
                                         enable_nested_tensor=False)
         decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), cfg.n_decoder_layers)
@@ -124,7 +126,7 @@ class TorchTransformer(nn.Module):
                              tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
         return self.generator(h)
 
-    def load_ours(self, model: nn.Module) -> None:
+    def load_ours(self, model: Transformer) -> None:
         """Copy the weights of our :class:`~aiayn.models.transformer.Transformer` (shared, tied embeddings)."""
         table = model.src_embed.tokens.weight
         sd = {"embed.weight": table, "generator.weight": table, "generator.bias": model.generator.bias}
@@ -198,7 +200,7 @@ def translation_training(name: str, cfg: TransformerConfig, batch: int, length: 
     torch.manual_seed(0)
     ours = aiayn.build(cfg)
     peer = TorchTransformer(cfg)
-    peer.load_ours(ours)
+    peer.load_ours(cast(Transformer, ours))  # built from a TransformerConfig
     hf = marian(cfg)
     src = torch.randint(3, cfg.src_vocab_size, (batch, length))  # (B, S) no padding: every side does the same work
     out = torch.randint(3, cfg.tgt_vocab_size, (batch, length))  # (B, T) the targets
@@ -264,7 +266,7 @@ def translation_decoding(name: str, beam: int, quick: bool, device: torch.device
     cfg = small_transformer(quick)
     batch, length, new = (3, 6, 6) if quick else (16, 24, 64)
     torch.manual_seed(0)
-    hf = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()
+    hf: Any = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()  # MarianMTModel: .generate
     ours = aiayn.from_hf(hf).eval()
     hf, ours = hf.to(device), ours.to(device)
     src = torch.randint(3, cfg.src_vocab_size, (batch, length), device=device)  # (B, S)
@@ -273,7 +275,8 @@ def translation_decoding(name: str, beam: int, quick: bool, device: torch.device
     def run_ours() -> Tensor:
         if beam == 1:
             return greedy(ours, src, max_len=new)
-        return beam_search(ours, src, beam=beam, length_penalty=1.0, max_len=new, normalize="length")
+        ids = beam_search(ours, src, beam=beam, length_penalty=1.0, max_len=new, normalize="length")
+        return cast(Tensor, ids)  # the tokens alone: no return_scores
 
     beams = {} if beam == 1 else {"num_beams": beam, "length_penalty": 1.0}
 
@@ -330,7 +333,7 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
     the tied output projection). The bandwidth is measured with a large copy.
     """
     prompt_len, new = (4, 8) if quick else (16, 256)
-    hf = gpt2_hf(quick).eval()
+    hf: Any = gpt2_hf(quick).eval()  # GPT2LMHeadModel: .generation_config, .generate
     hf.generation_config.eos_token_id = None  # run all N steps, with no logits processor added
     hf.generation_config.pad_token_id = None
     ours = aiayn.from_hf(hf).eval()
@@ -340,7 +343,7 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
     mask = torch.ones_like(prompt)
 
     def run_ours() -> Tensor:
-        return sample(ours, prompt, new, temperature=0)
+        return cast(Tensor, sample(ours, prompt, new, temperature=0))  # a tensor prompt gives a tensor
 
     def run_hf() -> Tensor:
         return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
@@ -388,6 +391,7 @@ def gpt2_train(quick: bool, device: torch.device) -> Case:
     for name, hf_name, transposed in (("embed.tokens.weight", "transformer.wte.weight", False),
                                       ("decoder.layers.0.ff.fc1.weight", "transformer.h.0.mlp.c_fc.weight", True)):
         expected = hf.get_parameter(hf_name).grad
+        assert expected is not None  # theirs.backward() above
         expected = expected.T if transposed else expected  # GPT-2's Conv1D stores (in, out)
         scale = expected.abs().max()
         grads.append(close(f"gradient of {name} / its largest entry", ours.get_parameter(name).grad / scale,
@@ -418,12 +422,13 @@ def vision_hf(name: str) -> nn.Module:
     import transformers
 
     cfg = aiayn.preset(name)
+    # the ignores: num_labels is taken by PreTrainedConfig (a property), not declared as a field of the configs
     if name.startswith("swin"):
-        return transformers.SwinForImageClassification(transformers.SwinConfig(
+        return transformers.SwinForImageClassification(transformers.SwinConfig(  # type: ignore[call-arg]
             image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, embed_dim=cfg.d_model,
             depths=list(cfg.n_layers), num_heads=list(cfg.n_heads), window_size=cfg.window_size,
             mlp_ratio=cfg.mlp_ratio, num_labels=cfg.num_classes))
-    return transformers.ViTForImageClassification(transformers.ViTConfig(
+    return transformers.ViTForImageClassification(transformers.ViTConfig(  # type: ignore[call-arg]
         image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, hidden_size=cfg.d_model,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
         num_labels=cfg.num_classes))

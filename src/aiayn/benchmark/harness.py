@@ -177,7 +177,7 @@ class _GlobalOnly(contextlib.nullcontext):
 def count_flops(fn: Callable[[], Any]) -> int:
     """FLOPs of the matmuls, convolutions and attention kernels ``fn()`` runs, backward passes included."""
     counter = FlopCounterMode(display=False, custom_mapping=KERNELS)
-    counter.mod_tracker = _GlobalOnly()
+    counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]  # a stand-in, not a ModuleTracker
     with counter:
         fn()
     return counter.get_total_flops()
@@ -252,7 +252,7 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
             seconds[side.name].append(timed(side.run, device, settings.clock))
     memory = {s.name: peak_memory(s.run, device) for s in case.sides}
 
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for s in case.sides:
         median = statistics.median(seconds[s.name])
         mfu_q1, mfu_q3 = quartiles([flops / t / settings.peak_flops for t in seconds[s.name]])

@@ -22,6 +22,7 @@ No peer and no target. Writes ``scaling.png`` beside the results.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,10 @@ def attention_sweep(settings: Settings) -> dict[str, Any]:
     points = []
     for t in lengths:
         x = torch.randn(1, t, d_model, device=device, requires_grad=True)  # (1, T, C)
-        fns = {"full": lambda x=x: mha(x)[0].sum().backward(),
-               # (T/W, W, C): each window a row of the batch
-               "windowed": lambda x=x, t=t: mha(x.view(t // window, window, d_model))[0].sum().backward()}
+        fns: dict[str, Callable[..., None]] = {  # called with no arguments; the defaults bind x and t
+            "full": lambda x=x: mha(x)[0].sum().backward(),
+            # (T/W, W, C): each window a row of the batch
+            "windowed": lambda x=x, t=t: mha(x.view(t // window, window, d_model))[0].sum().backward()}
         seconds = _median_time(fns, settings)
         point: dict[str, Any] = {"length": t}
         for k, fn in fns.items():

@@ -6,17 +6,20 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
+from aiayn import __version__
 from aiayn.viz.files import WHATS
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line of help, status 2, no traceback
+    def error(self, message: str) -> NoReturn:  # one line of help, status 2, no traceback
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="aiayn", description="Attention Is All You Need, and the models it started.")
+    p.add_argument("--version", action="version", version=f"aiayn {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     sub.add_parser("train", help="train a recipe (translation, lm, mlm, denoise, image, detect, or a named preset); "
@@ -39,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--src-lang", default=None, help="translation: default the run's")
     e.add_argument("--tgt-lang", default=None, help="translation: default the run's")
     e.add_argument("--beam", type=int, default=None, help="translation: beam size (default 4; 1 = greedy)")
+    e.add_argument("--weights", default=None, help="translation: other weights of the run's model than its last, "
+                                                   "e.g. average.safetensors or best.safetensors")
     e.add_argument("--json", action="store_true", help="print the numbers as JSON")
     a = sub.add_parser("average", help="average checkpoints (the paper averages its last 5, section 6.1)")
     a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
@@ -152,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.beam is not None:
                 _positive(parser, args, "beam")
-            options = {k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam")}
+            options = {k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
+                                                     "weights")}
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
@@ -191,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "average":
             from aiayn.training import average_checkpoints
 
-            print(f"averaged {len(args.checkpoints)} checkpoints into {average_checkpoints(args.checkpoints, args.out)}")
+            out = average_checkpoints(args.checkpoints, args.out)
+            print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
         elif args.command == "count":
             from aiayn.analysis.report import count, format_count
 

@@ -29,8 +29,8 @@ def from_hf(source: Any) -> nn.Module:
     """An aiayn model computing what a Hugging Face model computes.
 
     Args:
-        source: a ``transformers`` model (``MarianMTModel``, ``GPT2LMHeadModel``, ...) or the path of a local Hugging Face
-            folder (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``).
+        source: a ``transformers`` model (``MarianMTModel``, ``GPT2LMHeadModel``, ...) or the path of a local Hugging
+            Face folder (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``).
 
     Raises:
         ValueError: a model type we do not convert, or missing, unexpected or misshapen weights.
@@ -42,4 +42,4 @@ def from_hf(source: Any) -> nn.Module:
     return CONVERTERS[kind](config, tensors, name)
 
 
-__all__ = ["from_hf", "CONVERTERS"]
+__all__ = ["CONVERTERS", "from_hf"]

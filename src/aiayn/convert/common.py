@@ -10,17 +10,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 class Source:
     """A source state dict that records which keys a conversion took, so leftovers can be refused."""
 
     def __init__(self, tensors: dict[str, Tensor], name: str) -> None:
-        self.tensors, self.name, self.taken = tensors, name, set()
+        self.tensors, self.name = tensors, name
+        self.taken: set[str] = set()
 
     def __contains__(self, key: str) -> bool:
         return key in self.tensors
@@ -33,9 +36,8 @@ class Source:
 
     def alias(self, key: str, value: Tensor) -> None:
         """Take ``key`` if present; it must hold ``value`` (a tied weight stored twice)."""
-        if key in self.tensors:
-            if not torch.equal(self.take(key), value):
-                raise ValueError(f"{self.name}: {key!r} should be tied to a weight it differs from")
+        if key in self.tensors and not torch.equal(self.take(key), value):
+            raise ValueError(f"{self.name}: {key!r} should be tied to a weight it differs from")
 
     def check_all_taken(self, ignore: tuple[str, ...] = ()) -> None:
         left = sorted(k for k in self.tensors if k not in self.taken and not k.endswith(ignore))
@@ -65,7 +67,7 @@ def read_hf(source: Any) -> tuple[dict[str, Any], dict[str, Tensor], str]:
     raise TypeError(f"from_hf takes a transformers model or a folder path, got {type(source).__name__}")
 
 
-def load_converted(model: nn.Module, weights: dict[str, Tensor], name: str) -> nn.Module:
+def load_converted(model: ModuleT, weights: dict[str, Tensor], name: str) -> ModuleT:
     """Load ``weights`` (our key names) into ``model``; every key of the model must be given, no more."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))

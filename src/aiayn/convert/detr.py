@@ -6,8 +6,8 @@
     ...encoder.stages.s.layers.j.shortcut.{convolution, normalization}    -> backbone.stages.s.j.downsample.0, .1
     model.input_projection                                                -> input_proj
     model.query_position_embeddings                                       -> query_embed
-    model.encoder.layers.i.self_attn.{q,k,v}_proj, o_proj                 -> encoder.layers.i.self_attn.in_proj (q | k | v),
-                                                                             out_proj
+    model.encoder.layers.i.self_attn.{q,k,v}_proj, o_proj                 -> encoder.layers.i.self_attn.in_proj
+                                                                             (q | k | v), out_proj
     model.encoder.layers.i.self_attn_layer_norm, final_layer_norm         -> encoder.layers.i.norm1, norm2
     model.encoder.layers.i.mlp.fc1, fc2                                   -> encoder.layers.i.ff.fc1, ff.fc2
     model.decoder.layers.i.self_attn, encoder_attn                        -> decoder.layers.i.self_attn, cross_attn
@@ -33,7 +33,9 @@ from aiayn.convert.common import Source, attention, linear, load_converted
 from aiayn.models.detr import DETR, DetrConfig
 
 BN = ("weight", "bias", "running_mean", "running_var")
-ENCODER = [("norm1", "self_attn_layer_norm"), ("ff.fc1", "mlp.fc1"), ("ff.fc2", "mlp.fc2"), ("norm2", "final_layer_norm")]
+ENCODER = [("norm1", "self_attn_layer_norm"),
+           ("ff.fc1", "mlp.fc1"), ("ff.fc2", "mlp.fc2"),
+           ("norm2", "final_layer_norm")]
 DECODER = [("norm1", "self_attn_layer_norm"), ("norm2", "encoder_attn_layer_norm"), ("ff.fc1", "mlp.fc1"),
            ("ff.fc2", "mlp.fc2"), ("norm3", "final_layer_norm")]
 
@@ -84,7 +86,8 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "DETR") 
     src = Source(tensors, name)
     if "class_labels_classifier.weight" not in src:
         raise ValueError(f"{name} has no class_labels_classifier: only DetrForObjectDetection converts, not DetrModel")
-    bb, out = "model.backbone.model", {}
+    bb = "model.backbone.model"
+    out: dict[str, Tensor] = {}
     _conv_bn(src, "backbone.conv1", "backbone.bn1", f"{bb}.embedder.embedder", out)
     for s, depth in enumerate(cfg.backbone_depths):
         for j in range(depth):
@@ -98,12 +101,14 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "DETR") 
     names = ("q_proj", "k_proj", "v_proj")
     for i in range(cfg.n_encoder_layers):
         ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
-        attention(src, f"{ours}.self_attn", f"{theirs}.self_attn", out, names=names, out_proj=f"{theirs}.self_attn.o_proj")
+        attention(src, f"{ours}.self_attn", f"{theirs}.self_attn", out, names=names,
+                  out_proj=f"{theirs}.self_attn.o_proj")
         for a, b in ENCODER:
             linear(src, f"{ours}.{a}", f"{theirs}.{b}", out)
     for i in range(cfg.n_decoder_layers):
         ours, theirs = f"decoder.layers.{i}", f"model.decoder.layers.{i}"
-        attention(src, f"{ours}.self_attn", f"{theirs}.self_attn", out, names=names, out_proj=f"{theirs}.self_attn.o_proj")
+        attention(src, f"{ours}.self_attn", f"{theirs}.self_attn", out, names=names,
+                  out_proj=f"{theirs}.self_attn.o_proj")
         attention(src, f"{ours}.cross_attn", f"{theirs}.encoder_attn", out, names=names,
                   out_proj=f"{theirs}.encoder_attn.o_proj")
         for a, b in DECODER:

@@ -26,8 +26,10 @@ from aiayn.models.gpt import GPT, GPTConfig
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}
 # (ours, theirs, transpose) per block
-BLOCK = [("norm1", "ln_1", False), ("self_attn.in_proj", "attn.c_attn", True), ("self_attn.out_proj", "attn.c_proj", True),
-         ("norm3", "ln_2", False), ("ff.fc1", "mlp.c_fc", True), ("ff.fc2", "mlp.c_proj", True)]
+BLOCK = [("norm1", "ln_1", False),
+         ("self_attn.in_proj", "attn.c_attn", True), ("self_attn.out_proj", "attn.c_proj", True),
+         ("norm3", "ln_2", False),
+         ("ff.fc1", "mlp.c_fc", True), ("ff.fc2", "mlp.c_proj", True)]
 
 
 def config(hf: dict[str, Any]) -> GPTConfig:

@@ -76,12 +76,13 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Marian"
     # Which tables are tied is read from the weights themselves: a config may say "shared" while the
     # checkpoint holds separate tables, and the modules use encoder/decoder.embed_tokens, not model.shared.
     shared = src.take("model.shared.weight") if "model.shared.weight" in src else None
-    tables = []
+    tables: list[Tensor] = []
     for side in ("encoder", "decoder"):
         key = f"model.{side}.embed_tokens.weight"
-        tables.append(src.take(key) if key in src else shared)
-        if tables[-1] is None:
+        embed = src.take(key) if key in src else shared
+        if embed is None:
             raise ValueError(f"{name} has no weight {key!r} nor model.shared.weight (missing key)")
+        tables.append(embed)
     enc, dec = tables
     head = src.take("lm_head.weight") if "lm_head.weight" in src else dec
     bias = src.take("final_logits_bias").reshape(-1) if "final_logits_bias" in src else None

@@ -8,7 +8,25 @@ from aiayn.data.synthetic import date_lines, make_pairs
 from aiayn.data.tokenizer import CharTokenizer
 
 __all__ = [
-    "collate", "encode_pairs", "length_batches", "pad", "seq2seq_batch", "token_batches", "BPETokenizer", "PretrainedTokenizer",
-    "load_tokenizer", "train_tokenizers", "lm_batches", "lm_blocks", "multi30k", "read_parallel", "read_tsv", "make_pairs",
-    "date_lines", "held_out_split", "read_corpus", "read_text", "CharTokenizer",
+    "BPETokenizer",
+    "CharTokenizer",
+    "PretrainedTokenizer",
+    "collate",
+    "date_lines",
+    "encode_pairs",
+    "held_out_split",
+    "length_batches",
+    "lm_batches",
+    "lm_blocks",
+    "load_tokenizer",
+    "make_pairs",
+    "multi30k",
+    "pad",
+    "read_corpus",
+    "read_parallel",
+    "read_text",
+    "read_tsv",
+    "seq2seq_batch",
+    "token_batches",
+    "train_tokenizers",
 ]

@@ -144,7 +144,11 @@ def download_multi30k(data_dir: str | os.PathLike, names: list[str]) -> None:
             raise ValueError(
                 f"downloaded {MULTI30K_URL + name} has sha256 {got}, expected {MULTI30K_SHA256[name]}; not saved"
             )
-        atomic_write(data_dir / name, lambda tmp: Path(tmp).write_bytes(data))
+
+        def write(tmp: str, data: bytes = data) -> None:  # data bound now, not when called (bugbear B023)
+            Path(tmp).write_bytes(data)
+
+        atomic_write(data_dir / name, write)
 
 
 def _missing_message(data_dir: Path, names: list[str], reason: str) -> str:

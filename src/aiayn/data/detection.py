@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -77,7 +77,9 @@ def draw_shapes(rng: np.random.Generator, size: int = 128, max_objects: int = 3,
     background = rng.random(3, dtype=np.float32) * 64  # (3,) a dark colour, 0-255 scale
     noise = (rng.random((3, size, size), dtype=np.float32) - 0.5) * 35  # uniform, std 10: cheaper than normal
     image = np.clip(background[:, None, None] + noise, 0, 255)  # (3, H, W)
-    wanted, labels, corners = int(rng.integers(1, max_objects + 1)), [], []
+    wanted = int(rng.integers(1, max_objects + 1))
+    labels: list[int] = []
+    corners: list[tuple[np.integer, np.integer, np.integer, np.integer]] = []  # x0, y0, x1, y1 in pixels
     for _ in range(50 * wanted):  # rejection sampling: shapes keep a 2-pixel gap
         if len(labels) == wanted:
             break
@@ -97,8 +99,8 @@ def draw_shapes(rng: np.random.Generator, size: int = 128, max_objects: int = 3,
         corners.append((x0 + cols[0], y0 + rows[0], x0 + cols[-1] + 1, y0 + rows[-1] + 1))
         labels.append(kind)
     boxes = torch.tensor(np.array(corners, dtype=np.float32).reshape(-1, 4)) / size  # (n, 4) x0, y0, x1, y1
-    image = torch.from_numpy(image.round().astype(np.uint8))  # (3, H, W)
-    return image, {"labels": torch.tensor(labels, dtype=torch.int64), "boxes": _xyxy_to_cxcywh(boxes)}
+    pixels = torch.from_numpy(image.round().astype(np.uint8))  # (3, H, W)
+    return pixels, {"labels": torch.tensor(labels, dtype=torch.int64), "boxes": _xyxy_to_cxcywh(boxes)}
 
 
 def synthetic_shapes(n: int, seed: int, size: int = 128, max_objects: int = 3, **kwargs: Any) -> list[Sample]:
@@ -123,6 +125,12 @@ def _xyxy_to_cxcywh(boxes: Tensor) -> Tensor:
     return torch.stack([(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0], dim=-1)
 
 
+def _text(element: ET.Element, path: str) -> str:
+    """``element.findtext(path)``: the VOC fields read here are always there (a missing one fails as it
+    always has, on ``None``)."""
+    return cast(str, element.findtext(path))
+
+
 def voc_root(folder: str | os.PathLike) -> Path:
     """The VOC folder (holding ``Annotations/``) at ``folder`` or in its one subfolder (``bccd/BCCD``)."""
     folder = Path(folder)
@@ -137,7 +145,7 @@ def voc_root(folder: str | os.PathLike) -> Path:
 def voc_classes(folder: str | os.PathLike) -> list[str]:
     """The sorted class names of every annotation of a VOC folder (BCCD: Platelets, RBC, WBC)."""
     root = voc_root(folder)
-    names = {o.findtext("name").strip() for f in (root / "Annotations").glob("*.xml")
+    names = {_text(o, "name").strip() for f in (root / "Annotations").glob("*.xml")
              for o in ET.parse(f).getroot().iter("object")}
     return sorted(names)
 
@@ -145,13 +153,13 @@ def voc_classes(folder: str | os.PathLike) -> list[str]:
 def read_voc_annotation(file: str | os.PathLike, classes: list[str]) -> tuple[Target, tuple[int, int], int]:
     """``(target, (height, width), dropped)`` of one VOC XML file; ``dropped`` counts boxes without area."""
     root = ET.parse(file).getroot()
-    width, height = int(root.findtext("size/width")), int(root.findtext("size/height"))
+    width, height = int(_text(root, "size/width")), int(_text(root, "size/height"))
     labels, corners, dropped = [], [], 0
     for obj in root.iter("object"):
-        name = obj.findtext("name").strip()
+        name = _text(obj, "name").strip()
         if name not in classes:
             raise ValueError(f"{file}: class {name!r} is not one of {classes}")
-        x0, y0, x1, y1 = (float(obj.findtext(f"bndbox/{k}")) for k in ("xmin", "ymin", "xmax", "ymax"))
+        x0, y0, x1, y1 = (float(_text(obj, f"bndbox/{k}")) for k in ("xmin", "ymin", "xmax", "ymax"))
         if x1 <= x0 or y1 <= y0:  # no area: an annotation error (BCCD_00338, _00343)
             dropped += 1
             continue
@@ -159,7 +167,8 @@ def read_voc_annotation(file: str | os.PathLike, classes: list[str]) -> tuple[Ta
         labels.append(classes.index(name))
         corners.append((x0 / width, y0 / height, x1 / width, y1 / height))
     boxes = torch.tensor(corners, dtype=torch.float32).view(-1, 4)
-    return {"labels": torch.tensor(labels, dtype=torch.int64), "boxes": _xyxy_to_cxcywh(boxes)}, (height, width), dropped
+    return ({"labels": torch.tensor(labels, dtype=torch.int64), "boxes": _xyxy_to_cxcywh(boxes)},
+            (height, width), dropped)
 
 
 def load_image(path: str | os.PathLike, max_size: int | None = None) -> Tensor:
@@ -225,9 +234,9 @@ def collate(samples: list[Sample]) -> tuple[Tensor, Tensor, list[Target]]:
         pixels[i, :, : img.shape[1], : img.shape[2]] = img.numpy()
         mask[i, : img.shape[1], : img.shape[2]] = True
     mean, std = torch.tensor(MEAN)[:, None, None], torch.tensor(STD)[:, None, None]
-    mask = torch.from_numpy(mask)  # (B, H, W)
-    images = ((torch.from_numpy(pixels).float() / 255 - mean) / std) * mask[:, None]  # (B, 3, H, W)
-    return images, mask, [t for _, t in samples]
+    pixel_mask = torch.from_numpy(mask)  # (B, H, W)
+    images = ((torch.from_numpy(pixels).float() / 255 - mean) / std) * pixel_mask[:, None]  # (B, 3, H, W)
+    return images, pixel_mask, [t for _, t in samples]
 
 
 __all__ = [

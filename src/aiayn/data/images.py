@@ -78,7 +78,8 @@ def synthetic_digits(n: int, seed: int = 0, size: int = 28) -> tuple[Tensor, Ten
     return (ink.clamp(0, 1) * 255).round().to(torch.uint8), labels
 
 
-_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_TYPES: dict[int, type[np.generic] | str] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4",
+                                                 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def _open(path: Path):

@@ -55,4 +55,4 @@ def mask_tokens(
     return inputs, labels
 
 
-__all__ = ["mask_tokens", "IGNORE"]
+__all__ = ["IGNORE", "mask_tokens"]

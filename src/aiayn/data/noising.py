@@ -21,7 +21,7 @@ import numpy as np
 def _budget(n: int, ratio: float) -> int:
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"ratio={ratio} must be in [0, 1]")
-    return int(round(ratio * n))
+    return round(ratio * n)
 
 
 def token_masking(ids: Sequence[int], mask_id: int, ratio: float, rng: np.random.Generator) -> list[int]:
@@ -107,4 +107,5 @@ def corrupt(sentences: Sequence[Sequence[int]], mask_id: int, rng: np.random.Gen
     return ids
 
 
-__all__ = ["NOISES", "corrupt", "token_masking", "token_deletion", "text_infilling", "sentence_permutation", "document_rotation"]
+__all__ = ["NOISES", "corrupt", "document_rotation", "sentence_permutation", "text_infilling", "token_deletion",
+           "token_masking"]

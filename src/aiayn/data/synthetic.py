@@ -62,7 +62,8 @@ def copy_pair(rng: random.Random, symbols: str = "abcdefghij", min_len: int = 4,
 TASKS = {"dates": date_pair, "copy": copy_pair}
 
 
-def make_pairs(task: str, n_train: int, n_test: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def make_pairs(task: str, n_train: int, n_test: int,
+               seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``n_train`` training and ``n_test`` held-out pairs; no held-out source occurs in training.
 
     Raises:
@@ -76,7 +77,7 @@ def make_pairs(task: str, n_train: int, n_test: int, seed: int = 0) -> tuple[lis
     while len(test) < n_test:
         src, tgt = make(rng)
         test[src] = tgt
-    train = []
+    train: list[tuple[str, str]] = []
     while len(train) < n_train:
         src, tgt = make(rng)
         if src not in test:

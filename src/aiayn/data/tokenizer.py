@@ -67,6 +67,7 @@ class CharTokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike) -> CharTokenizer:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("type") != "char" or list(data.get("vocab", [])[:4]) != list(SPECIALS):
+        if (not isinstance(data, dict) or data.get("type") != "char"
+                or list(data.get("vocab", [])[:4]) != list(SPECIALS)):
             raise ValueError(f"{path} is not a character tokenizer saved by aiayn")
         return cls(data["vocab"][4:])

@@ -94,12 +94,12 @@ class WordPieceTokenizer:
         """``(ids, segment ids, attention mask)``, each ``(B, T)``: single texts, cut to ``max_len``
         tokens (keeping the final ``[SEP]``), padded on the right."""
         rows = []
-        for ids, _ in (self.encode(t) for t in texts):
-            rows.append(ids if len(ids) <= max_len else ids[: max_len - 1] + [self.sep_id])
+        for row, _ in (self.encode(t) for t in texts):
+            rows.append(row if len(row) <= max_len else row[: max_len - 1] + [self.sep_id])
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
         return ids, torch.zeros_like(ids), mask
 
 
-__all__ = ["WordPieceTokenizer", "SPECIALS"]
+__all__ = ["SPECIALS", "WordPieceTokenizer"]

@@ -16,17 +16,22 @@ A finished hypothesis is ranked by the length penalty of GNMT (Wu et al., 2016, 
     score = logprob_sum / lp(len),   lp(len) = ((5 + len) / 6) ** alpha
 
 with ``len`` the generated tokens, ``</s>`` included. ``normalize="length"`` uses ``lp(len) = len ** alpha``
-instead, the length normalisation of fairseq and Hugging Face (``alpha = 1``: the mean log-probability). A sentence is done when its worst finished score
-beats anything a live beam could still reach (its log-prob can only fall, its ``lp`` is at most the one of
-the longest length still possible). Hypotheses still live at ``max_len`` are scored as they stand.
+instead, the length normalisation of fairseq and Hugging Face (``alpha = 1``: the mean log-probability). A
+sentence is done when its worst finished score beats anything a live beam could still reach (its log-prob can
+only fall, its ``lp`` is at most the one of the longest length still possible). Hypotheses still live at
+``max_len`` are scored as they stand.
 
 Shapes: B batch, K beams, V target vocabulary, S source length, C d_model, t tokens generated so far.
 """
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
+
+from aiayn.decoding.greedy import EncoderDecoder
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -86,7 +91,8 @@ def beam_search(
     max_len = src.size(1) + 50 if max_len is None else max_len
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")
-    cfg = model.cfg
+    net = cast(EncoderDecoder, model)
+    cfg = net.cfg
     was_training = model.training
     model.eval()
     B, K, device = src.size(0), beam, src.device
@@ -94,8 +100,8 @@ def beam_search(
 
     # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
     src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
-    memory = model.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
-    cache = model.new_cache(max_len) if use_cache else None
+    memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
+    cache = net.new_cache(max_len) if use_cache else None
     row0 = torch.arange(B, device=device)[:, None] * K  # (B, 1) first row of each sentence
 
     seqs = torch.full((B * K, 1), cfg.bos_id, dtype=torch.long, device=device)  # (B*K, t+1), <s> first
@@ -108,7 +114,7 @@ def beam_search(
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
 
     for t in range(1, max_len + 1):  # t: tokens generated after this step
-        logits = model.decode(seqs[:, -1:] if use_cache else seqs, memory, src_k, cache=cache)[:, -1]  # (B*K, V)
+        logits = net.decode(seqs[:, -1:] if use_cache else seqs, memory, src_k, cache=cache)[:, -1]  # (B*K, V)
         logp = logits.float().log_softmax(-1)  # (B*K, V)
         # Padding is not a word: a pad inside a prefix would also be masked out when the prefix is recomputed.
         logp[:, cfg.pad_id] = neg_inf

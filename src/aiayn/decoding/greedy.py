@@ -7,8 +7,30 @@ The model only needs the small protocol every encoder-decoder here has: ``encode
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol, cast
+
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from aiayn.layers.kv_cache import DecoderCache
+
+
+class _Ids(Protocol):
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+
+class EncoderDecoder(Protocol):
+    """What decoding calls on an encoder-decoder model besides ``nn.Module``'s own (for the type checker:
+    ``nn.Module``'s stubs see no attributes of its subclasses)."""
+
+    @property
+    def cfg(self) -> _Ids: ...
+    def encode(self, src: Tensor) -> Tensor: ...
+    def decode(self, tgt: Tensor, memory: Tensor, src: Tensor, cache: DecoderCache | None = None) -> Tensor: ...
+    def new_cache(self, max_len: int) -> DecoderCache: ...
 
 
 @torch.no_grad()
@@ -23,16 +45,17 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     Returns:
         ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` and padded with ``pad_id`` after it.
     """
-    cfg = model.cfg
+    net = cast(EncoderDecoder, model)
+    cfg = net.cfg
     was_training = model.training
     model.eval()
     max_len = src.size(1) + 50 if max_len is None else max_len
-    memory = model.encode(src)
+    memory = net.encode(src)
     ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    cache = model.new_cache(max_len) if use_cache else None
+    cache = net.new_cache(max_len) if use_cache else None
     for _ in range(max_len):
-        logits = model.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (B, V)
+        logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (B, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
         nxt = logits.argmax(-1).masked_fill(done, cfg.pad_id)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated

@@ -15,9 +15,19 @@ Shapes: B prompts, T longest prompt, N new tokens, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from aiayn.layers.kv_cache import DecoderCache
+
+
+class _CachingModel(Protocol):
+    """The one method :func:`stream` calls on a model besides ``nn.Module``'s own (for the type checker)."""
+
+    def new_cache(self, max_len: int) -> DecoderCache: ...
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -82,7 +92,7 @@ def stream(
         ids[i, t - len(p) : t] = torch.as_tensor(list(p), dtype=torch.long)
         real[i, t - len(p) :] = True  # the prompt and everything generated after it
     padded = min(lengths) < t
-    cache = model.new_cache(total) if use_cache else None
+    cache = cast(_CachingModel, model).new_cache(total) if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     try:
         for step in range(max_new_tokens):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -175,12 +176,14 @@ class MultiHeadAttention(nn.Module):
                     is_causal = False
         else:
             q = self._heads(self._project(x if pos is None else x + pos, slice(None, c)))
-            k, v = kv if kv is not None else self.project_kv(memory, memory_pos)
+            # kv is None here only if memory is not (the branch above)
+            k, v = kv if kv is not None else self.project_kv(cast(Tensor, memory), memory_pos)
         record = bool(_recorders)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
         )
         if record:
+            assert weights is not None  # asked for (need_weights or record)
             for rec in _recorders:
                 rec.setdefault(getattr(self, "_aiayn_name", ""), []).append(weights.detach())
         out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], c)  # (B, T, C)

@@ -73,6 +73,9 @@ class DecoderBlock(_Block):
     With ``cross_attention=False`` it is the decoder-only (GPT) block.
     """
 
+    cross_attn: MultiHeadAttention | None
+    norm2: nn.LayerNorm | None
+
     def __init__(
         self,
         d_model: int,
@@ -124,6 +127,7 @@ class DecoderBlock(_Block):
             lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache, pos=pos)[0],
         )
         if self.cross_attn is not None:
+            assert self.norm2 is not None  # built together with cross_attn
             kv = None if cache is None else cache.cross_kv(self.cross_attn, memory)
             x = self._sublayer(x, self.norm2, lambda h: self.cross_attn(h, memory, mask=memory_mask, kv=kv, pos=pos,
                                                                         memory_pos=memory_pos)[0])

@@ -23,11 +23,17 @@ C channels, M window side, nW windows per image, T = M*M patches per window, hea
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.layers.vision import window_index
+
+if TYPE_CHECKING:
+    from aiayn.layers.feedforward import FeedForward
 
 ENABLED = True  # the one switch: False runs every layer's plain path
 
@@ -35,7 +41,8 @@ FEW_ROWS = 256  # at most this many rows take the swapped product (CPU); more ke
 ONEDNN_MIN = 1 << 20  # from this many weights one row takes oneDNN's inner product (CPU, no gradient)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
-IN_PLACE = {  # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
+# the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
+IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu_,
     "gelu": torch.ops.aten.gelu_,
     "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
@@ -87,7 +94,7 @@ def _onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
-def feedforward_no_grad(ff: nn.Module, x: Tensor, chunk_rows: int) -> Tensor:
+def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
     """``ff.fc2(ff.dropout(ff.activation(ff.fc1(x))))`` when no gradient is needed, in less memory.
 
     The hidden layer, ``d_ff`` wide, is the largest activation of a block. Here the activation overwrites

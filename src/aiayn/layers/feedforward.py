@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.layers import fast
 from aiayn.layers.linear import Linear
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,  # the paper
     "gelu": F.gelu,  # BERT, ViT, Swin (erf form)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2

@@ -16,6 +16,8 @@ Shapes: B batch (x beams), H heads, L max length, D head dim.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -35,6 +37,7 @@ class KVCache:
         if self.k is None:
             self.k = k.new_empty(b, h, self.max_len, d)
             self.v = v.new_empty(b, h, self.max_len, v.size(-1))
+        assert self.v is not None  # set together with self.k
         if self.length + t > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; cannot add {t} to {self.length}")
         self.k[:, :, self.length : self.length + t] = k
@@ -46,6 +49,7 @@ class KVCache:
         """Keep batch rows ``index``; copies the filled positions only."""
         if self.k is None:
             return
+        assert self.v is not None  # set together with self.k
         if index.numel() != self.k.size(0):  # the batch changes size: new buffers
             self.k, self.v, self._spare = self.k.index_select(0, index), self.v.index_select(0, index), None
             return
@@ -73,7 +77,7 @@ class LayerCache:
     def reorder(self, index: Tensor, cross: bool = True) -> None:
         self.self_attn.reorder(index)
         if cross and self.cross is not None:
-            self.cross = tuple(t.index_select(0, index) for t in self.cross)
+            self.cross = cast("tuple[Tensor, Tensor]", tuple(t.index_select(0, index) for t in self.cross))
 
 
 class DecoderCache(list):

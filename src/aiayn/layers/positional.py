@@ -81,6 +81,8 @@ def sine_encoding_2d(mask: Tensor, d_model: int, temperature: float = 10000.0, n
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed encodings, no parameters; works for any length (the table grows on demand)."""
 
+    table: Tensor  # a buffer
+
     def __init__(self, d_model: int, max_len: int = 1024, layout: str = "interleaved") -> None:
         super().__init__()
         self.d_model, self.layout = d_model, layout

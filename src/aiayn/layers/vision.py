@@ -140,7 +140,8 @@ def relative_position_index(window: int, table_window: int | None = None) -> Ten
     feature map smaller than M', see :class:`aiayn.models.swin.SwinBlock`) uses the middle of the table.
     """
     table_window = table_window or window
-    coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)  # (2, M*M)
+    # (2, M*M)
+    coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
     rel = coords[:, :, None] - coords[:, None, :] + table_window - 1  # (2, M*M, M*M), each in [0, 2M' - 2]
     return rel[0] * (2 * table_window - 1) + rel[1]
 
@@ -150,6 +151,8 @@ class RelativePositionBias(nn.Module):
 
     The index is a buffer, not a parameter, and is not saved: it follows from M.
     """
+
+    index: Tensor  # a buffer
 
     def __init__(self, window: int, n_heads: int) -> None:
         super().__init__()
@@ -177,7 +180,8 @@ class PatchMerging(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # (B, H, W, C) -> (B, ceil(H/2), ceil(W/2), 2C)
         x = pad_to_multiple(x, 2)
         # the reference code's order: (even row, even col), (odd, even), (even, odd), (odd, odd)
-        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)  # (B, H/2, W/2, 4C)
+        # (B, H/2, W/2, 4C)
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)
         return self.reduction(self.norm(x))
 
 

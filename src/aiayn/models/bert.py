@@ -177,4 +177,4 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor, normalize: bool = True) ->
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
-__all__ = ["BertConfig", "BERT", "PRESETS", "HEADS", "mean_pool"]
+__all__ = ["BERT", "HEADS", "PRESETS", "BertConfig", "mean_pool"]

@@ -151,4 +151,4 @@ class GPT(nn.Module):
         return DecoderCache(len(self.decoder.layers), max_len)
 
 
-__all__ = ["GPTConfig", "GPT", "PRESETS"]
+__all__ = ["GPT", "PRESETS", "GPTConfig"]

@@ -9,6 +9,7 @@ Shapes: B batch, S source length, T target length, C d_model, V target vocabular
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -27,8 +28,9 @@ class TransformerConfig:
     ``tie_output`` makes the pre-softmax projection share the target table's weights (section 3.4).
     ``dropout`` is P_drop on every sub-layer output and on the embedding sums (section 5.4);
     ``activation_dropout`` drops inside the feed-forward network (not in the paper; tensor2tensor's
-    ``relu_dropout``) and ``attention_dropout`` the attention weights. ``scale_embedding`` multiplies token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal
-    ``pad_id`` (Marian starts decoding with the pad token); ``eos_id`` must differ from both.
+    ``relu_dropout``) and ``attention_dropout`` the attention weights. ``scale_embedding`` multiplies
+    token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal ``pad_id`` (Marian starts
+    decoding with the pad token); ``eos_id`` must differ from both.
     """
 
     src_vocab_size: int = 37000
@@ -100,16 +102,17 @@ class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        emb = dict(d_model=cfg.d_model, max_len=cfg.max_len, positional=cfg.positional, dropout=cfg.dropout,
-                   scale=cfg.scale_embedding, padding_idx=cfg.pad_id, offset=cfg.positional_offset,
-                   norm_eps=cfg.layer_norm_eps if cfg.embed_norm else None)
+        emb: dict[str, Any] = {"d_model": cfg.d_model, "max_len": cfg.max_len, "positional": cfg.positional,
+                               "dropout": cfg.dropout, "scale": cfg.scale_embedding, "padding_idx": cfg.pad_id,
+                               "offset": cfg.positional_offset,
+                               "norm_eps": cfg.layer_norm_eps if cfg.embed_norm else None}
         self.src_embed = Embedding(cfg.src_vocab_size, **emb)
         shared = self.src_embed.tokens if cfg.share_embeddings else None
         self.tgt_embed = Embedding(cfg.tgt_vocab_size, tokens=shared, **emb)
-        block = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                     attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
-                     activation=cfg.activation, norm_first=cfg.norm_first,
-                     eps=cfg.layer_norm_eps)
+        block: dict[str, Any] = {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "d_ff": cfg.d_ff,
+                                 "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+                                 "activation_dropout": cfg.activation_dropout, "activation": cfg.activation,
+                                 "norm_first": cfg.norm_first, "eps": cfg.layer_norm_eps}
         self.encoder = Stack([EncoderBlock(**block) for _ in range(cfg.n_encoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
         self.decoder = Stack([DecoderBlock(**block) for _ in range(cfg.n_decoder_layers)], cfg.d_model,
@@ -166,4 +169,4 @@ class Transformer(nn.Module):
         return DecoderCache(len(self.decoder.layers), max_len)
 
 
-__all__ = ["TransformerConfig", "Transformer", "PRESETS"]
+__all__ = ["PRESETS", "Transformer", "TransformerConfig"]

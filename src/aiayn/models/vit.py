@@ -138,7 +138,7 @@ class ViT(nn.Module):
             raise ValueError(f"images are {h} x {w} pixels; ViT wants height and width multiples of "
                              f"patch_size={p} (e.g. {self.cfg.image_size} x {self.cfg.image_size})")
         x = self.patch_embed(images).flatten(1, 2)  # (B, N, C)
-        positions = self.positions
+        positions: Tensor = self.positions
         if (h // p, w // p) != (self.cfg.grid, self.cfg.grid):
             positions = torch.cat([positions[:, :1], resize_positions(positions[:, 1:], (h // p, w // p))], dim=1)
         x = torch.cat([self.cls_token.expand(x.size(0), -1, -1), x], dim=1) + positions  # (B, 1 + N, C)

@@ -48,6 +48,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         "warmup": 400, "schedule": "linear", "lr_factor": 0.32,  # peak 1e-3, decayed to zero at the end
         "steps": 1433,  # what 60 minutes of updates gave on the recorded machine (or --minutes 60)
         "eval_every": 250,
+        "average": 5,  # section 6.1; last or average, and greedy or beam, are chosen on validation
     }),
     # README: a character GPT on tiny-shakespeare (benchmarks/lm_shakespeare.py, which also holds out a test split)
     "shakespeare-char": ("lm", {

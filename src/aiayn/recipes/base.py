@@ -6,7 +6,12 @@ batches, loss, validation, and the final evaluation. :func:`run` does what every
 
     seed -> the recipe's data and model -> run folder (args.json = the Config) -> Session -> resume
          -> fit (validating every ``eval_every`` updates) -> the whole model (gathered under FSDP)
-         -> model.safetensors -> final evaluation -> run.json -> report
+         -> model.safetensors [-> average.safetensors] -> final evaluation -> run.json -> report
+
+``average=N`` (section 6.1: "for the base models, we used a single model obtained by averaging the last 5
+checkpoints"): the weights at N updates spread evenly over the last 20% of the run are kept in
+``checkpoints/`` and their mean is written to ``average.safetensors`` beside the last weights, so that
+a choice between the two can be made on validation (``aiayn evaluate --weights average.safetensors``).
 
 ``--minutes`` (``Config.minutes``): the run times its first updates (all inside the warm-up, where no
 schedule depends on the total), fixes ``steps`` to fill the budget at that speed, and writes the fitted
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +62,8 @@ class RecipeConfig:
     accum: int = setting(1, "batches per update (gradient accumulation; under torchrun, on each rank)")
     eval_every: int = setting(0, "validate every N updates, keeping the best weights (0: at the end only)")
     save_every: int = setting(500, "write the training state every N updates (and on Ctrl-C), for --resume")
+    average: int = setting(0, "also write average.safetensors, the mean of the weights at N updates spread over "
+                              "the last 20% (section 6.1 averages the last 5 checkpoints); 0: none")
     bf16: bool = setting(False, "forward and loss under bf16 autocast (far slower on CPUs without bf16 units)")
     compile: bool = setting(False, "train through torch.compile (on a small CPU it did not pay)")
     seed: int = setting(0, "seeds the data, the initial weights and every batch")
@@ -65,7 +73,7 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "accum"):
             _at_least(self, name, 1)
-        for name in ("warmup", "eval_every", "save_every"):
+        for name in ("warmup", "eval_every", "save_every", "average"):
             _at_least(self, name, 0)
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
@@ -103,6 +111,8 @@ class Recipe:
     """
 
     clip: float | None = 1.0  # the maximum gradient norm
+    cfg: RecipeConfig
+    say: Callable[..., None]
     model: nn.Module
     run_name: str
     files: dict[str, Any]
@@ -140,7 +150,7 @@ class Recipe:
         return dict(validation[-1])
 
 
-def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | Path | None = None, progress: bool = True,
+def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | None = None, progress: bool = True,
         verbose: bool = True) -> dict[str, Any]:
     """Train ``recipe`` as ``cfg`` says (or continue the run folder ``resume``), evaluate, save.
 
@@ -155,42 +165,69 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | Path | None = Non
     task = recipe(cfg, folder, say)
     folder = open_run(cfg.out, cfg.name or task.run_name, cfg.to_dict(), folder, task.files)
     optimizer = task.optimizer()
-    plan = {"total": cfg.steps}
+    plan: dict[str, Any] = {"total": cfg.steps}  # "keep": the updates whose weights are averaged
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: task.schedule(i, plan["total"]))
     session = Session(folder, task.model, optimizer, scheduler, cfg.accum)
     if resume is not None:
         done, _ = session.restore()
         say(f"resuming {folder} after update {done} of {cfg.steps}")
 
-    def validate(step: int, history: list[dict[str, float]]) -> None:
-        record = {"step": step, **task.validate(task.model)}
-        session.record(record)
-        say(f"\n  step {step}: {task.describe(record)}")
+    def after_update(step: int, history: list[dict[str, float]]) -> None:
+        if step in plan["keep"]:  # every rank takes part (FSDP gathers), rank 0 writes
+            aiayn.save(task.model, folder / "checkpoints" / f"step{step}.safetensors")
+        if (cfg.eval_every and step % cfg.eval_every == 0) or step == plan["total"]:
+            record = {"step": step, **task.validate(task.model)}
+            session.record(record)
+            say(f"\n  step {step}: {task.describe(record)}")
 
     batches = task.batches(session.position)
-    options = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
-               "autocast": "bf16" if cfg.bf16 else None, "compile": cfg.compile}
+    options: dict[str, Any] = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
+                               "autocast": "bf16" if cfg.bf16 else None, "compile": cfg.compile}
     if cfg.minutes is not None and resume is None:
         plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, options, folder, say)
-    history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}", every=cfg.eval_every,
-                          callback=validate, **options)
+    plan["keep"] = average_points(cfg.average, plan["total"])
+    history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}",
+                          every=1 if plan["keep"] else cfg.eval_every, callback=after_update, **options)
     model = session.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
     if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": folder, "history": history}
     aiayn.save(model, folder)
+    averaged = _write_average(folder, plan["keep"], say) if plan["keep"] else []
     result = task.finish(model, folder, session.validation)
     seconds = time.perf_counter() - t0
     write_json(folder / "run.json", {"data": task.run_name, "config": aiayn.models.config_to_dict(model.cfg),
                                      "settings": cfg.to_dict(), "steps": plan["total"], **result,
+                                     **({"averaged_steps": averaged} if averaged else {}),
                                      "final_loss": history[-1]["loss"], "seconds": round(seconds, 1)})
     say(f"saved {folder}/ ({seconds:.0f} s)")
     return {"run": folder, **result, "history": history, "validation": session.validation, "seconds": seconds}
+
+
+def average_points(n: int, total: int) -> list[int]:
+    """The ``n`` updates of a ``total``-update run whose weights are averaged: spread evenly over its last 20%
+    (at least ``n`` updates), ending at the last update; fewer when the run is shorter than ``n``."""
+    span = max(total // 5, n)
+    return sorted({total - i * span // n for i in range(n)} - set(range(-span, 1)))
+
+
+def _write_average(folder: Path, points: list[int], say: Callable[..., None]) -> list[int]:
+    """Average the kept weights of ``points`` into ``folder/average.safetensors``; the steps averaged (a run
+    resumed to a new length averages those of its points it kept)."""
+    from aiayn.training import average_checkpoints
+
+    kept = [s for s in points if (folder / "checkpoints" / f"step{s}.safetensors").is_file()]
+    if kept:
+        average_checkpoints([folder / "checkpoints" / f"step{s}.safetensors" for s in kept],
+                            folder / "average.safetensors")
+        say(f"average.safetensors: the mean of the weights after updates {', '.join(map(str, kept))}")
+    return kept
 
 
 def _fit_to_budget(cfg: RecipeConfig, session: Session, batches: Iterator[Any], loss_fn, options: dict[str, Any],
                    folder: Path, say: Callable[..., None]) -> int:
     """Time the first updates (inside the warm-up), and return the updates that fill ``cfg.minutes`` at that
     speed; ``args.json`` gets them as ``steps``."""
+    assert cfg.minutes is not None  # run fits steps to the budget only when there is one
     timed = max(1, min(cfg.warmup, TIMING_UPDATES))
     history = session.fit(batches, timed, loss_fn, unlock=False, desc="timing", **options)
     first, last = history[0]["seconds"], history[-1]["seconds"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -104,6 +104,8 @@ class Config(RecipeConfig):
 
 
 class Denoising(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         self.clip = cfg.clip
@@ -113,14 +115,16 @@ class Denoising(Recipe):
         else:
             lines = [line.strip() for line in read_text(cfg.data).splitlines() if line.strip()]
             cut = int(len(lines) * 0.9)
-            train_lines, test_lines, self.run_name = lines[:cut], lines[cut:][: cfg.n_test], f"denoise-{Path(cfg.data).stem}"
+            train_lines, test_lines = lines[:cut], lines[cut:][: cfg.n_test]
+            self.run_name = f"denoise-{Path(cfg.data).stem}"
             if not test_lines:
                 raise ValueError(f"{cfg.data} has too few lines to hold any out; give at least 10")
         if folder is not None:
-            tok = load_tokenizer(folder / "tokenizer.json")
+            tok = cast(BPETokenizer, load_tokenizer(folder / "tokenizer.json"))  # the BPE with <mask> trained below
         else:
             tok = BPETokenizer.train(train_lines, vocab_size=cfg.vocab_size, mask=True)
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
+        assert tok.mask_id is not None  # trained with mask=True
         self.files = {"tokenizer.json": tok}
         m = self.mcfg = aiayn.preset(cfg.preset, **{"src_vocab_size": tok.vocab_size, "tgt_vocab_size": tok.vocab_size,
                                                     "pad_id": tok.pad_id, **cfg.model})
@@ -149,6 +153,7 @@ class Denoising(Recipe):
 
     def batches(self, start: int):
         cfg = self.cfg
+        assert self.tok.mask_id is not None  # trained with mask=True
         return batches(self.train_docs, cfg.batch_size, self.mcfg, self.tok.mask_id, cfg.noises, cfg.noise_ratio,
                        cfg.seed, start=start)
 

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from aiayn.io import atomic_write
 from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
+from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
 from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
 from aiayn.training import warmup_cosine
@@ -80,6 +81,8 @@ class Config(RecipeConfig):
 
 
 class Detection(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         self.clip = cfg.clip
@@ -88,6 +91,7 @@ class Detection(Recipe):
             self.test = synthetic_shapes(cfg.n_test, cfg.seed + 1, cfg.image_size, cfg.max_objects)
             most = cfg.max_objects
         else:
+            assert cfg.data_dir is not None  # Config refuses data='voc' without data_dir
             self.train_set, self.classes, dropped = read_voc(cfg.data_dir, "train", cfg.image_size)
             self.test, _, dropped_test = read_voc(cfg.data_dir, "val", cfg.image_size, self.classes)
             self.run_name = f"detect-{Path(cfg.data_dir).name.lower()}"
@@ -152,7 +156,7 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
     scored by its class probability, as DETR is evaluated)."""
     was_training = model.training
     model.eval()
-    criterion = criterion or SetCriterion(model.cfg.num_classes)
+    criterion = criterion or SetCriterion(cast(DETR, model).cfg.num_classes)
     detections, truths, loss, batches = [], [], 0.0, 0
     for i in range(0, len(samples), batch_size):
         images, mask, targets = collate(samples[i : i + batch_size])
@@ -162,7 +166,8 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
         truths += [{"boxes": cxcywh_to_xyxy(t["boxes"]), "labels": t["labels"]} for t in targets]
     model.train(was_training)
     ap = average_precision(detections, truths)
-    return {"val_loss": loss / max(batches, 1), "map50": ap["map50"], "map": ap["map"], "map75": ap["map75"]}
+    return {"val_loss": loss / max(batches, 1), "map50": cast(float, ap["map50"]), "map": cast(float, ap["map"]),
+            "map75": cast(float, ap["map75"])}  # the means; only "per_class" is a dict
 
 
 def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: float = 0.7,
@@ -188,7 +193,7 @@ def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: flo
     original = load_image(image_path)  # (3, H, W) uint8
     images, _, _ = collate([(load_image(image_path, read_args(run).get("image_size", 128)), {})])
     with torch.no_grad():
-        found = postprocess(model(images), sizes=[tuple(original.shape[1:])])[0]
+        found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
     keep = found["scores"] > threshold
     detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
                    "box": [round(float(v), 1) for v in box]}

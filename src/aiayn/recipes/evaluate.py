@@ -1,6 +1,7 @@
 """Scoring a saved run on data, whatever its task: what ``aiayn evaluate`` prints.
 
     translation   BLEU and chrF (sacrebleu, detokenized) and exact match     --data multi30k | TSV | two files
+                                                                              [--beam N] [--weights FILE]
     lm            loss and perplexity on a text file                          --data FILE
     mlm           masked-token and next-sentence accuracy on a text file      --data FILE
     image         accuracy and the confusion matrix                           --data-dir MNIST files
@@ -17,7 +18,7 @@ from aiayn.training.session import read_args
 
 # the settings each task's evaluation takes
 TAKES = {
-    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam"},
+    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights"},
     "lm": {"data"},
     "mlm": {"data"},
     "image": {"data_dir"},
@@ -44,10 +45,10 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     if task == "translation":
         from aiayn.recipes.translation import evaluate as bleu
 
-        langs = {k: settings.get(k) or args.get(k) for k in ("src_lang", "tgt_lang")}
+        langs: dict[str, Any] = {k: settings.get(k) or args.get(k) for k in ("src_lang", "tgt_lang")}
         beam = settings.get("beam", 4)
         scores = bleu(run, settings["data"], settings.get("data_dir"), settings.get("split", "test_2016_flickr"),
-                      beam=beam, **langs)
+                      beam=beam, weights=settings.get("weights"), **langs)
         return {**scores, "beam": beam}
     data = settings.get("data")
     file = data[0] if isinstance(data, list) and len(data) == 1 else data
@@ -56,10 +57,12 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     if task == "lm":
         from aiayn.recipes.lm import perplexity
 
+        assert isinstance(file, (str, Path))  # refused above otherwise
         return perplexity(run, file)
     if task == "mlm":
         from aiayn.recipes.mlm import masked_accuracy
 
+        assert isinstance(file, (str, Path))  # refused above otherwise
         return masked_accuracy(run, file)
     if task == "image":
         from aiayn.recipes.image import image_accuracy

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -29,6 +29,10 @@ from aiayn.data.images import normalise, random_shift, read_images, synthetic_di
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
 from aiayn.training import decay_groups, warmup_cosine
+
+if TYPE_CHECKING:
+    from aiayn.models.swin import Swin
+    from aiayn.models.vit import ViT
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
 
@@ -117,6 +121,8 @@ class Config(RecipeConfig):
 
 
 class ImageClassification(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         self.data_name, self.train, self.test = load_image_data(cfg.data, cfg.data_dir, cfg.test_dir, cfg.n_train,
@@ -170,7 +176,7 @@ class ImageClassification(Recipe):
 def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike) -> dict[str, Any]:
     """``{"accuracy", "loss", "confusion", "n"}`` of an image run on a folder of labelled images (MNIST's IDX
     files or a CSV of pixels and labels)."""
-    model = aiayn.load(run).eval()
+    model = cast("ViT | Swin", aiayn.load(run).eval())  # an image run holds a ViT or a Swin
     images, labels = read_images(data_dir, prefer="t10k")
     if tuple(images.shape[1:]) != (model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size):
         raise ValueError(f"{data_dir} holds images of {tuple(images.shape[1:])}; the model takes "
@@ -237,7 +243,7 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         One ``{"path", "top": [{"class", "probability"}, ...]}`` per image, most likely first.
     """
     model = aiayn.load(run).eval()
-    cfg = model.cfg
+    cfg: Any = model.cfg  # any model's config: checked below to be a classifier's
     if not hasattr(cfg, "in_channels"):
         raise ValueError(f"{run} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
     if not cfg.num_classes:

@@ -32,6 +32,7 @@ from aiayn.training import decay_groups, distributed, warmup_cosine
 class Config(RecipeConfig):
     recipe: ClassVar[str] = "lm"
     data: str | None = setting(None, "a UTF-8 text file (its last 10% held out); default: made-up date lines")
+    val_data: str | None = setting(None, "a text file to validate on instead; all of data then trains")
     tokenizer: str | None = setting(None, "bpe (byte-level; default for a file) or char (default for the lines)")
     vocab_size: int = setting(4000, "BPE vocabulary")
     n_train: int = setting(30_000, "made-up lines to train on")
@@ -53,11 +54,15 @@ class Config(RecipeConfig):
         positive(self, "vocab_size", "n_train", "n_test", "block", "batch_size", "lr", "clip", "eval_blocks")
         if self.tokenizer not in (None, "char", "bpe"):
             raise ValueError(f"tokenizer={self.tokenizer!r}: expected 'bpe' or 'char'")
+        if self.val_data is not None and self.data is None:
+            raise ValueError("val_data needs data: the made-up lines hold out their own")
         if not 0 < self.beta2 < 1:
             raise ValueError(f"beta2 must be in (0, 1), got {self.beta2}")
 
 
 class LanguageModel(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         self.clip = cfg.clip
@@ -68,8 +73,9 @@ class LanguageModel(Recipe):
             self.run_name, kind = "lm-dates", cfg.tokenizer or "char"
         else:
             text = read_text(cfg.data)
-            cut = int(len(text) * 0.9)
-            train_text, self.val_text, self.test_lines = text[:cut], text[cut:], []
+            cut = len(text) if cfg.val_data else int(len(text) * 0.9)
+            train_text, self.test_lines = text[:cut], []
+            self.val_text = read_text(cfg.val_data) if cfg.val_data else text[cut:]
             self.run_name, kind = f"lm-{Path(cfg.data).stem}", cfg.tokenizer or "bpe"
         if folder is not None:
             tok = load_tokenizer(folder / "tokenizer.json")
@@ -131,8 +137,8 @@ class LanguageModel(Recipe):
                     f"{'ok' if s['output'] == s['reference'] else '--'}")
             say(f"\non {len(refs)} held-out dates: exact match {result['exact_match']:.1%}")
             prompt = prompts[0]
-        else:
-            prompt = self.val_text[:80]
+        else:  # the start of the held-out text, at most half the model's context
+            prompt = tok.decode(tok.encode(self.val_text[:80])[: self.mcfg.max_len // 2])
         gen = torch.Generator().manual_seed(self.cfg.seed)
         room = max(1, min(200, self.mcfg.max_len - len(tok.encode(prompt)) - 1))  # prompt + sample within max_len
         result["sample"] = complete(model, tok, [prompt], room, temperature=0.8, top_k=40, generator=gen)[0]

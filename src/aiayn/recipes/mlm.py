@@ -21,7 +21,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +67,7 @@ def date_pairs(n: int, seed: int) -> list[tuple[str, str, int]]:
 
 def encode(tok: WordPieceTokenizer, pairs: list[tuple[str, str, int]], max_len: int) -> list[Example]:
     """Token ids of ``[CLS] A [SEP] B [SEP]``, the longer side cut until the pair fits ``max_len``."""
+    assert tok.cls_id is not None and tok.sep_id is not None  # a WordPieceTokenizer refuses a vocabulary without them
     out = []
     for a, b, label in pairs:
         ids_a, ids_b = tok.encode(a)[0][1:-1], tok.encode(b)[0][1:-1]
@@ -79,6 +80,8 @@ def encode(tok: WordPieceTokenizer, pairs: list[tuple[str, str, int]], max_len: 
 
 def collate(examples: list[Example], tok: WordPieceTokenizer, vocab_size: int, generator: torch.Generator):
     """``(inputs, segments, attention mask, mlm labels, nsp labels)`` with fresh masking."""
+    # a WordPieceTokenizer has every special (it refuses a vocabulary without one)
+    assert tok.pad_id is not None and tok.cls_id is not None and tok.sep_id is not None and tok.mask_id is not None
     width = max(len(e[0]) for e in examples)
     ids = torch.tensor([e[0] + [tok.pad_id] * (width - len(e[0])) for e in examples])
     segments = torch.tensor([e[1] + [0] * (width - len(e[1])) for e in examples])
@@ -145,6 +148,8 @@ class Config(RecipeConfig):
 
 
 class MaskedLM(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         if cfg.data is None:
@@ -212,7 +217,7 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     """``{"mlm_accuracy", "nsp_accuracy", "val_loss", "pairs"}`` of a masked-LM run on a text file (one sentence
     per line): every consecutive pair, masked as in training with a fixed seed."""
     run = Path(run)
-    model = aiayn.load(run).eval()
+    model = cast(BERT, aiayn.load(run).eval())  # a masked-LM run holds a BERT
     tok = WordPieceTokenizer.load(run / "tokenizer.json")
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     examples = encode(tok, sentence_pairs(lines, random.Random(seed)), model.cfg.max_len)

@@ -22,6 +22,9 @@ import torch
 
 import aiayn
 from aiayn.data import (
+    BPETokenizer,
+    CharTokenizer,
+    PretrainedTokenizer,
     collate,
     encode_pairs,
     held_out_split,
@@ -100,11 +103,15 @@ def load_pairs(cfg: Config) -> tuple[str, Pairs, Pairs]:
 
 
 class Translation(Recipe):
+    cfg: Config
+
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
         super().__init__(cfg, folder, say)
         self.run_name, self.train_pairs, self.test_pairs = load_pairs(cfg)
         kind = cfg.tokenizer or ("char" if cfg.made_up else "bpe")
         joint = kind == "bpe"
+        src_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer  # what load_tokenizer may read back
+        tgt_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer
         if folder is None:  # several ranks: rank 0's tokenizers
             src_tok, tgt_tok = distributed.broadcast(train_tokenizers(self.train_pairs, kind=kind,
                                                                       vocab_size=cfg.vocab_size, joint=joint))
@@ -202,6 +209,7 @@ def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, ba
         idx = order[i : i + batch_size]
         src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
         ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam)
+        assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
         for j, row in zip(idx, ids.tolist()):
             out[j] = tgt_tok.decode(row)
     return out
@@ -220,33 +228,45 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
                                title=f"encoder-decoder attention: {src_text!r} -> {hyp!r}", row_label="decoder layer")
 
 
-def load_run(run: str | os.PathLike):
-    """``(model, src_tokenizer, tgt_tokenizer)`` of a translation run folder."""
+def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None):
+    """``(model, src_tokenizer, tgt_tokenizer)`` of a translation run folder.
+
+    Args:
+        weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
+            (``best.safetensors``, ``average.safetensors``) or a path.
+    """
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
     if not (run / "src_tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no src_tokenizer.json: it is not a translation run (a language "
                                 f"model's run takes `aiayn generate`)")
-    model = aiayn.load(run).eval()
+    if weights is not None:
+        given, weights = weights, Path(weights) if Path(weights).is_file() else run / weights
+        if not weights.is_file():
+            raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
+    model = aiayn.load(weights or run).eval()
     return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
 
 
-def translate(run: str | os.PathLike, texts: list[str], beam: int = 1) -> list[str]:
-    """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``)."""
-    model, src_tok, tgt_tok = load_run(run)
+def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,
+              weights: str | os.PathLike | None = None) -> list[str]:
+    """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``; ``weights``
+    as :func:`load_run`'s)."""
+    model, src_tok, tgt_tok = load_run(run, weights)
     return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
 
 
 def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None = None,
-             split: str = "test_2016_flickr", src_lang: str = "de", tgt_lang: str = "en", beam: int = 4
-             ) -> dict[str, Any]:
+             split: str = "test_2016_flickr", src_lang: str = "de", tgt_lang: str = "en", beam: int = 4,
+             weights: str | os.PathLike | None = None) -> dict[str, Any]:
     """Corpus BLEU and chrF (sacrebleu, detokenized; ``zh`` tokenizer for Chinese) of a saved run.
 
     Args:
         data: ``"multi30k"`` (its ``split`` from ``data_dir``), a TSV file of pairs, or two aligned files;
             every pair of the file is scored.
         beam: beam size (4, as the paper decodes); 1 is greedy.
+        weights: as :func:`load_run`'s (e.g. ``"average.safetensors"``); default the last weights.
 
     Returns:
         ``{"bleu", "chrf", "signature", "n", "exact_match"}``.
@@ -254,6 +274,6 @@ def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None
     from aiayn.evaluation import corpus_scores, exact_match
 
     pairs = read_corpus(data, data_dir, split, src_lang, tgt_lang)
-    hyps = translate(run, [s for s, _ in pairs], beam=beam)
+    hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights)
     refs = [t for _, t in pairs]
     return {**corpus_scores(hyps, refs, tgt_lang), "exact_match": exact_match(hyps, refs)}

@@ -34,11 +34,14 @@ import inspect
 import itertools
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 T = TypeVar("T")
 _FSDP = False  # shard models over the ranks (init(fsdp=True)) instead of copying them
@@ -51,7 +54,8 @@ def launched() -> bool:
 
 def init(fsdp: bool = False) -> None:
     """Join the process group ``torchrun`` describes in the environment, once; nothing for one process.
-    ``fsdp``: models given to :class:`aiayn.training.session.Session` are sharded over the ranks (:func:`shard_model`)."""
+    ``fsdp``: models given to :class:`aiayn.training.session.Session` are sharded over the ranks
+    (:func:`shard_model`)."""
     global _FSDP
     _FSDP = fsdp
     if launched() and not dist.is_initialized():
@@ -185,13 +189,14 @@ def accumulating(model: nn.Module) -> Iterator[None]:
     the last batch's backward, outside, reduces the sum over every rank once."""
     model = getattr(model, "_orig_mod", model)  # under torch.compile: the module it compiled
     if is_sharded(model):
-        model.set_requires_gradient_sync(False)
+        sharded = cast("FSDPModule", model)
+        sharded.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            sharded.set_requires_gradient_sync(True)
     elif hasattr(model, "no_sync"):
-        with model.no_sync():
+        with cast(nn.parallel.DistributedDataParallel, model).no_sync():  # DDP (or any module with no_sync)
             yield
     else:
         yield
@@ -206,7 +211,8 @@ def wrap(model: nn.Module) -> nn.Module:
     device = next(model.parameters()).device
     ids = [device.index] if device.type == "cuda" else None
     takes = inspect.signature(nn.parallel.DistributedDataParallel).parameters  # renamed in PyTorch 2.12
-    no_sync = {"forward_sync_buffers": False} if "forward_sync_buffers" in takes else {"broadcast_buffers": False}
+    no_sync: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in takes
+                               else {"broadcast_buffers": False})
     return DataParallel(model, device_ids=ids, **no_sync)
 
 

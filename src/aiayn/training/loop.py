@@ -110,6 +110,7 @@ def fit(
     model.train()
     history = list(history or [])
     params = [p for p in model.parameters() if p.requires_grad]
+    engine: Callable[..., Any]  # the module, or what torch.compile makes of it
     engine, batches, main = distributed.wrap(model), distributed.shard(batches), distributed.is_main()
     if compile:
         engine = torch.compile(engine)  # methods and attributes still reach the model (BERT's heads)
@@ -154,6 +155,7 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     Returns whether a signal (to any rank) asks to stop after this update.
     """
     optimizer.zero_grad(set_to_none=True)
+    n_total: float  # a count; all_sum below hands it back as a float
     loss_total, nll_total, n_total = 0.0, 0.0, 0
     for i in range(accum):
         # several ranks: gradients are averaged over them once, after the last batch
@@ -162,7 +164,7 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
                 loss_sum, nll_sum, n = loss_fn(model, next(batches))
             loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
         loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
-    signalled = len(interrupted)
+    signalled: float = len(interrupted)  # a float after all_sum, as n_total
     if distributed.active():  # the whole update's numbers, the same on every rank
         loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, n_total, signalled])
         n_total = int(n_total)

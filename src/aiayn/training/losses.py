@@ -56,7 +56,8 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, epsilon: float = 0.1) -> tuple[Tensor, Tensor, int]:
+def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int,
+                        epsilon: float = 0.1) -> tuple[Tensor, Tensor, int]:
     """Cross-entropy against the smoothed distribution, summed over non-padding positions.
 
     Args:

@@ -20,7 +20,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -34,7 +34,7 @@ def new_run_dir(out: str | os.PathLike, name: str) -> Path:
     """``out/name``, or ``out/name-2``, ``-3`` ... if that one is taken: a new run never overwrites one.
     Several ranks: rank 0 makes it and every rank gets its name."""
     if not distributed.is_main():
-        return distributed.broadcast(None)
+        return cast(Path, distributed.broadcast(None))  # rank 0's folder
     out = Path(out)
     path, i = out / name, 1
     while path.exists():

@@ -5,14 +5,43 @@
     plot_masks                                    padding, causal, combined, Swin's shifted windows
     plot_schedule / plot_label_smoothing          section 5.3's learning rate, section 5.4's target
     plot_complexity                               global vs window attention, measured and by formula
+    attention_html                                the interactive attention viewer, one self-contained page
+
+Imported on first use (PEP 562): ``aiayn.viz.files`` (the names ``aiayn viz`` takes) loads without matplotlib.
 """
 
-from aiayn.viz.attention import attention_weights, plot_attention_grid, plot_model_attention
-from aiayn.viz.complexity import plot_complexity
-from aiayn.viz.masks import plot_masks
-from aiayn.viz.positional import encoding_similarity, plot_positional
-from aiayn.viz.schedule import plot_label_smoothing, plot_schedule, smoothed_target
+from __future__ import annotations
 
-__all__ = ["attention_weights", "encoding_similarity", "plot_attention_grid", "plot_complexity",
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module of aiayn.viz that defines it
+_LAZY = {
+    "attention_weights": "attention", "plot_attention_grid": "attention", "plot_model_attention": "attention",
+    "plot_complexity": "complexity",
+    "attention_html": "html",
+    "plot_masks": "masks",
+    "encoding_similarity": "positional", "plot_positional": "positional",
+    "plot_label_smoothing": "schedule", "plot_schedule": "schedule", "smoothed_target": "schedule",
+}
+
+if TYPE_CHECKING:
+    from aiayn.viz.attention import attention_weights, plot_attention_grid, plot_model_attention
+    from aiayn.viz.complexity import plot_complexity
+    from aiayn.viz.html import attention_html
+    from aiayn.viz.masks import plot_masks
+    from aiayn.viz.positional import encoding_similarity, plot_positional
+    from aiayn.viz.schedule import plot_label_smoothing, plot_schedule, smoothed_target
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"aiayn.viz.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'aiayn.viz' has no attribute {name!r}")
+
+
+__all__ = ["attention_html", "attention_weights", "encoding_similarity", "plot_attention_grid", "plot_complexity",
            "plot_label_smoothing", "plot_masks", "plot_model_attention", "plot_positional", "plot_schedule",
            "smoothed_target"]

@@ -79,10 +79,10 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         raise ValueError("viz attention needs --run (a folder of `aiayn train`) and --text (a sentence)")
     if what == "history" and run is None:
         raise ValueError("viz history needs --run (a folder of `aiayn train`)")
-    for name, value in (("--d-model", d_model), ("--positions", positions), ("--channels", channels),
+    for flag, value in (("--d-model", d_model), ("--positions", positions), ("--channels", channels),
                         ("--heads", heads), ("--window", window), ("--repeats", repeats)):
         if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+            raise ValueError(f"{flag} must be positive, got {value}")
     out = Path(out)
     file = out if out.suffix.lower() == ".png" else None  # one picture: the file itself
     if file is not None and what in ("attention", "all"):
@@ -108,8 +108,10 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
     if what == "history":
         from aiayn.viz.history import plot_history
 
+        assert run is not None  # refused above otherwise
         paths.append(plot_history(run, name["history"]))
     if what == "attention" or (what == "all" and run is not None and text is not None):
+        assert run is not None and text is not None  # refused above otherwise
         paths.extend(attention_pictures(run, text, out, target))
         if html is not None:
             paths.append(attention_page(run, text, html, target))

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor
 
@@ -84,7 +85,8 @@ function draw() {
   const k = current();
   tokens($("queries"), k.queries, "q"); tokens($("keys"), k.keys, "k");
   $("lines").setAttribute("height", 24 * Math.max(k.queries.length, k.keys.length));
-  document.querySelectorAll(".col.q .tok").forEach((d) => d.addEventListener("mouseenter", () => show(+d.dataset.index)));
+  document.querySelectorAll(".col.q .tok").forEach((d) =>
+    d.addEventListener("mouseenter", () => show(+d.dataset.index)));
   clear();
 }
 function pick() {
@@ -118,8 +120,8 @@ def _escape(text: str) -> str:
 
 
 def attention_html(
-    kinds: dict[str, Sequence[Tensor]],
-    tokens: dict[str, tuple[Sequence[str], Sequence[str]]],
+    kinds: Mapping[str, Sequence[Tensor]],
+    tokens: Mapping[str, tuple[Sequence[str], Sequence[str]]],
     path: str | os.PathLike,
     title: str = "",
 ) -> Path:
@@ -134,7 +136,7 @@ def attention_html(
     Returns:
         ``path``.
     """
-    data = {"title": title, "kinds": []}
+    data: dict[str, Any] = {"title": title, "kinds": []}
     for name, layers in kinds.items():
         queries, keys = tokens[name]
         for i, w in enumerate(layers):

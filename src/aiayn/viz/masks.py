@@ -55,6 +55,7 @@ def plot_masks(path: str | os.PathLike, lengths: Sequence[int] = (7, 4), map_siz
     pad = padding_mask(ids, pad_id=0)  # (B, 1, 1, T)
     causal = causal_mask(t)  # (T, T)
     both = combine(pad, causal)  # (B, 1, T, T)
+    assert both is not None  # both masks are given
     row = len(lengths) - 1
     swin = shifted_window_mask(map_size, map_size, window, shift)  # (nW, M*M, M*M)
     labels = shift_regions(map_size, map_size, window, shift)  # (H, W)

@@ -29,6 +29,11 @@ from torch import Tensor, nn
 class FrozenBatchNorm2d(nn.Module):
     """``y = (x - running_mean) / sqrt(running_var + eps) * weight + bias``, all four fixed buffers."""
 
+    weight: Tensor
+    bias: Tensor
+    running_mean: Tensor
+    running_var: Tensor
+
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = eps

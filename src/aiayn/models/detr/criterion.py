@@ -33,6 +33,8 @@ class SetCriterion(nn.Module):
         weight_ce, weight_bbox, weight_giou: weights of the three losses (1, 5, 2).
     """
 
+    class_weight: Tensor
+
     def __init__(self, num_classes: int, matcher: HungarianMatcher | None = None, eos_coef: float = 0.1,
                  weight_ce: float = 1.0, weight_bbox: float = 5.0, weight_giou: float = 2.0) -> None:
         super().__init__()
@@ -81,11 +83,12 @@ class SetCriterion(nn.Module):
         num_boxes = max(float(sum(len(t["labels"]) for t in targets)), 1.0)
         layers = [("", outputs)] + [(f"_{i}", aux) for i, aux in enumerate(outputs.get("aux", []))]
         out: dict[str, Tensor] = {}
-        total = 0.0
+        total: Tensor | float = 0.0
         for suffix, layer in layers:
             parts = self.layer_losses(layer, targets, num_boxes)
             total = total + sum(self.weights[k] * v for k, v in parts.items())
             out.update({f"{k}{suffix}": v for k, v in parts.items()})
+        assert isinstance(total, Tensor)  # layers holds at least the last layer, whose losses are tensors
         return {"loss": total, **out}
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -137,9 +138,10 @@ class DETR(nn.Module):
                                cfg.backbone_block, cfg.backbone_frozen_stages)
         self.input_proj = nn.Conv2d(self.backbone.out_channels, cfg.d_model, kernel_size=1)
         self.query_embed = nn.Embedding(cfg.num_queries, cfg.d_model)
-        block = {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "d_ff": cfg.d_ff, "dropout": cfg.dropout,
-                 "attention_dropout": cfg.attention_dropout, "activation_dropout": cfg.activation_dropout,
-                 "activation": cfg.activation, "norm_first": cfg.norm_first, "eps": cfg.layer_norm_eps}
+        block: dict[str, Any] = {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "d_ff": cfg.d_ff,
+                                 "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+                                 "activation_dropout": cfg.activation_dropout, "activation": cfg.activation,
+                                 "norm_first": cfg.norm_first, "eps": cfg.layer_norm_eps}
         self.encoder = Stack([EncoderBlock(**block) for _ in range(cfg.n_encoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
         # The decoder always ends with a LayerNorm, shared by every layer's output (the auxiliary heads).

@@ -16,7 +16,8 @@ from aiayn.models.detr.boxes import cxcywh_to_xyxy
 
 
 @torch.no_grad()
-def postprocess(outputs: dict[str, Tensor], sizes: Tensor | list[tuple[int, int]] | None = None) -> list[dict[str, Tensor]]:
+def postprocess(outputs: dict[str, Tensor],
+                sizes: Tensor | list[tuple[int, int]] | None = None) -> list[dict[str, Tensor]]:
     """Scored detections of every image.
 
     Args:
