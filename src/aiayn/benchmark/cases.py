@@ -422,13 +422,12 @@ def vision_hf(name: str) -> nn.Module:
     import transformers
 
     cfg = aiayn.preset(name)
-    # the ignores: num_labels is taken by PreTrainedConfig (a property), not declared as a field of the configs
     if name.startswith("swin"):
-        return transformers.SwinForImageClassification(transformers.SwinConfig(  # type: ignore[call-arg]
+        return transformers.SwinForImageClassification(transformers.SwinConfig(
             image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, embed_dim=cfg.d_model,
             depths=list(cfg.n_layers), num_heads=list(cfg.n_heads), window_size=cfg.window_size,
             mlp_ratio=cfg.mlp_ratio, num_labels=cfg.num_classes))
-    return transformers.ViTForImageClassification(transformers.ViTConfig(  # type: ignore[call-arg]
+    return transformers.ViTForImageClassification(transformers.ViTConfig(
         image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, hidden_size=cfg.d_model,
         num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, intermediate_size=cfg.d_ff,
         num_labels=cfg.num_classes))
