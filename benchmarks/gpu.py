@@ -1,5 +1,8 @@
 """One GPU (an H200, say) in a few minutes: MFU of ``gpt2`` and ``transformer-base`` training, tokens/s of
 ``gpt2`` generation; bf16 autocast, attention through SDPA (flash kernels on CUDA), optional ``torch.compile``.
+Each training case runs beside the peer a user would pick instead, with the same settings (bf16 autocast, SDPA,
+fused AdamW, the same batch; compiled on both sides or on neither): ``GPT2LMHeadModel`` (``attn_implementation=
+"sdpa"``, when ``transformers`` is installed) and ``torch.nn.Transformer``; ``vs_peer`` is our speed over theirs.
 
     bash benchmarks/gpu.sh                       # or: python benchmarks/gpu.py [--compile] [--steps 20]
     python benchmarks/gpu.py --device cpu --quick   # toy sizes on the CPU: checks the script runs
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import aiayn
+from aiayn.benchmark.cases import TorchTransformer, gpt2_hf
 from aiayn.benchmark.harness import SCHEMA, count_flops, machine, write_result
 from aiayn.decoding import sample
 from aiayn.training.losses import label_smoothed_loss
@@ -100,6 +104,20 @@ def main(argv: list[str] | None = None) -> None:
         return F.cross_entropy(model(batch[:, :-1]).flatten(0, 1).float(), batch[:, 1:].flatten())
 
     cases["gpt2-train"] = (training_step(gpt, lm_loss, ids, device, args.compile), b * t, "tokens")
+    peers = {}
+    try:
+        hf = gpt2_hf(q)
+        hf.config._attn_implementation = "sdpa"  # PyTorch's fused attention, as ours
+        hf = hf.to(device)
+
+        def hf_loss(model, batch):
+            return F.cross_entropy(model(input_ids=batch[:, :-1]).logits.flatten(0, 1).float(),
+                                   batch[:, 1:].flatten())
+
+        hf_ids = ids.clamp_max(hf.config.vocab_size - 1)
+        peers["gpt2-train"] = ("GPT2LMHeadModel", training_step(hf, hf_loss, hf_ids, device, args.compile))
+    except ImportError:
+        print("transformers is not installed: gpt2-train runs without its peer")
 
     # transformer-base training: batch 128 x (64 source + 64 target) tokens, vocabulary 32,000
     cfg = aiayn.preset("transformer-tiny" if q else "transformer-base", src_vocab_size=32000, tgt_vocab_size=32000,
@@ -115,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
 
     cases["transformer-base-train"] = (training_step(seq2seq, mt_loss, (src, tgt), device, args.compile),
                                        b2 * 2 * s2, "tokens")
+    theirs = TorchTransformer(cfg).to(device)
+    theirs.load_ours(seq2seq)  # the same weights: the same computation
+    peers["transformer-base-train"] = ("torch.nn.Transformer",
+                                       training_step(theirs, mt_loss, (src, tgt), device, args.compile))
 
     results = {}
     for case, (step, units, unit) in cases.items():
@@ -123,7 +145,15 @@ def main(argv: list[str] | None = None) -> None:
         med = statistics.median(times)
         results[case] = {"throughput": units / med, "unit": unit, "median_s": med, "flops_per_step": flops,
                          "mfu": flops / med / peak, "mfu_vendor": flops / med / vendor if vendor else None}
-        print(f"{case}: {units / med:,.0f} {unit}/s, MFU {flops / med / peak:.1%} of the measured peak")
+        line = f"{case}: {units / med:,.0f} {unit}/s, MFU {flops / med / peak:.1%} of the measured peak"
+        if case in peers:
+            peer, peer_step = peers[case]
+            peer_flops = count_flops(peer_step)
+            peer_med = statistics.median(seconds(peer_step, device, args.steps))
+            results[case].update(peer=peer, peer_throughput=units / peer_med, peer_median_s=peer_med,
+                                 peer_mfu=peer_flops / peer_med / peak, vs_peer=peer_med / med)
+            line += f"; {peer}: {units / peer_med:,.0f} {unit}/s ({peer_med / med:.2f}x)"
+        print(line)
 
     # gpt2 generation: greedy, batch 1, 256 new tokens, bf16 weights
     gpt = gpt.to(torch.bfloat16).eval()

@@ -1,8 +1,13 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+# The suite runs on the CPU even on a machine with a GPU ("auto" means cpu, in this process and the commands it
+# starts); the GPU tests (`pytest -m gpu`) name their device.
+os.environ.setdefault("AIAYN_DEVICE", "cpu")
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,8 @@ VALUES = {
     "preset": {"translation": "transformer-base", "lm": "gpt2", "mlm": "bert-base", "denoise": "bart-base",
                "image": "swin-tiny", "detect": "detr-r50"},
     "steps": 7, "minutes": 1.5, "warmup": 3, "accum": 2, "eval_every": 5, "save_every": 4, "bf16": True,
-    "compile": True, "seed": 9, "out": "elsewhere", "name": "mine", "average": 3, "val_data": "b.txt",
+    "compile": True, "device": "cpu", "fp16": True, "grad_checkpoint": True, "seed": 9, "out": "elsewhere",
+    "name": "mine", "average": 3, "val_data": "b.txt",
     "data": {"translation": ["a.tsv"], "lm": "a.txt", "mlm": "a.txt", "denoise": "a.txt", "image": "mnist",
              "detect": "voc"},
     "data_dir": "some/folder", "test_dir": "other/folder", "src_lang": "en", "tgt_lang": "zh", "tokenizer": "bpe",
@@ -66,6 +67,17 @@ def test_a_flag_the_recipe_does_not_take_is_refused(task, capsys):
         assert exit.value.code == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and f"aiayn train {task}: error:" in err
+
+
+def test_a_device_the_package_does_not_know_and_two_precisions_are_refused(capsys):
+    for args in (["--device", "gpu"], ["--device", "cuda:x"], ["--bf16", "--fp16"]):
+        with pytest.raises(SystemExit) as exit:
+            to_config(args, _Parser)
+        assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "device='gpu' must be one of auto, cpu, cuda, cuda:N or mps" in err
+    assert "bf16 and fp16 are two precisions" in err
+    assert to_config(["--device", "CUDA:1"], _Parser)[0].device == "CUDA:1"  # checked, resolved when it trains
 
 
 def test_a_config_file_is_read_and_flags_override_it(tmp_path):

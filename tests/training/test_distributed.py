@@ -135,6 +135,19 @@ def test_fsdp_makes_the_same_updates_and_resumes_across_ways_of_splitting(corpus
     assert_same_weights(single, tmp_path / "to-fsdp", FSDP_TOL)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (NCCL takes one GPU per rank)")
+@pytest.mark.parametrize("way", ["ddp", "fsdp"])
+def test_on_two_gpus_nccl_ranks_make_the_updates_of_one_gpu(way, corpus, tmp_path):
+    """One rank per GPU over NCCL (DDP, or FSDP2's shards) against one process on one GPU: the same updates,
+    and the checkpoint (whole tensors) resumes on the CPU. TF32 rounding bounds the agreement."""
+    gpu = ["--device", "cuda"]
+    assert main([*lm_args(corpus, tmp_path, "one", steps=4, accum=2), *gpu]) == 0
+    torchrun([*lm_args(corpus, tmp_path, way, steps=4, accum=1), *gpu, *(["--fsdp"] if way == "fsdp" else [])])
+    assert_same_weights(tmp_path / "one", tmp_path / way, 1e-3)
+    assert main(["train", "--resume", str(tmp_path / way), "--steps", "5", "--device", "cpu", "--no-progress"]) == 0
+
+
 SHARDING = """
 import torch
 import aiayn

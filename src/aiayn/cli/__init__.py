@@ -17,6 +17,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="aiayn", description="Attention Is All You Need, and the models it started.")
     p.add_argument("--version", action="version", version=f"aiayn {__version__}")
@@ -28,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate text with a saved run")
     tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
     tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    tr.add_argument("--device", default=None, help=DEVICE_HELP)
     tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
 
     e = sub.add_parser("evaluate", help="score a saved run: BLEU and chrF (translation), perplexity (lm), masked-token "
@@ -44,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--beam", type=int, default=None, help="translation: beam size (default 4; 1 = greedy)")
     e.add_argument("--weights", default=None, help="translation: other weights of the run's model than its last, "
                                                    "e.g. average.safetensors or best.safetensors")
+    e.add_argument("--device", default=None, help=DEVICE_HELP)
     e.add_argument("--json", action="store_true", help="print the numbers as JSON")
     a = sub.add_parser("average", help="average checkpoints (the paper averages its last 5, section 6.1)")
     a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
@@ -59,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                                                                "whose probabilities sum to P")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
+    g.add_argument("--device", default=None, help=DEVICE_HELP)
 
     cv = sub.add_parser("convert", help="a Hugging Face model folder -> an aiayn run folder (weights + tokenizer)")
     cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
@@ -67,16 +73,19 @@ def _parser() -> argparse.ArgumentParser:
     em = sub.add_parser("embed", help="L2-normalised sentence embeddings from a BERT (Hugging Face folder or run)")
     em.add_argument("--model", required=True, help="a Hugging Face BERT folder (e.g. all-MiniLM-L6-v2) or a run")
     em.add_argument("--similarity", action="store_true", help="print the cosine similarities instead")
+    em.add_argument("--device", default=None, help=DEVICE_HELP)
     em.add_argument("text", nargs="*", help="sentences; none: read lines from standard input")
 
     cl = sub.add_parser("classify", help="the top classes of image files with a run of `aiayn train --task image`")
     cl.add_argument("--run", required=True, help="run folder of `aiayn train --task image`")
     cl.add_argument("--top", type=int, default=3, help="classes shown per image")
+    cl.add_argument("--device", default=None, help=DEVICE_HELP)
     cl.add_argument("images", nargs="+", help="PNG, JPEG or .npy files")
 
     d = sub.add_parser("detect", help="find objects in an image with a run of `aiayn train --task detect`")
     d.add_argument("--run", required=True, help="run folder of `aiayn train --task detect`")
     d.add_argument("--threshold", type=float, default=0.7, help="keep boxes whose class probability is above this")
+    d.add_argument("--device", default=None, help=DEVICE_HELP)
     d.add_argument("--out", default=None, help="picture with the boxes drawn (default RUN/detections/IMAGE.png)")
     d.add_argument("image", help="an image file")
 
@@ -120,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--sides", type=int, nargs="+", default=[14, 28, 42, 56],
                    help="complexity: map sides, multiples of --window (default 14 28 42 56)")
     v.add_argument("--window", type=int, default=7, help="complexity: window side M (default 7)")
+    v.add_argument("--device", default=None, help="attention: " + DEVICE_HELP)
     return p
 
 
@@ -146,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
 
             _positive(parser, args, "beam")
             if args.text:
-                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam)):
+                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam, device=args.device)):
                     print(f"{src} -> {hyp}")
             else:  # a filter: one translation per input line, in order
                 lines = [line.rstrip("\n") for line in sys.stdin]
-                for hyp in translate(args.run, lines, beam=args.beam):
+                for hyp in translate(args.run, lines, beam=args.beam, device=args.device):
                     print(hyp)
         elif args.command == "evaluate":
             from aiayn.recipes.evaluate import evaluate
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.beam is not None:
                 _positive(parser, args, "beam")
             options = {k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
-                                                     "weights")}
+                                                     "weights", "device")}
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
@@ -166,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
             _positive(parser, args, "max_new_tokens")
             print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
-                                  args.top_p, args.stop, args.seed))
+                                  args.top_p, args.stop, args.seed, device=args.device))
         elif args.command == "convert":
             from aiayn.convert.folder import convert
 
@@ -179,18 +189,18 @@ def main(argv: list[str] | None = None) -> int:
 
             if not 0 <= args.threshold < 1:
                 parser.error(f"--threshold must be in [0, 1), got {args.threshold}")
-            detect(args.run, args.image, args.threshold, args.out)
+            detect(args.run, args.image, args.threshold, args.out, device=args.device)
         elif args.command == "classify":
             from aiayn.recipes.image import classify
 
             _positive(parser, args, "top")
-            for r in classify(args.run, args.images, top=args.top):
+            for r in classify(args.run, args.images, top=args.top, device=args.device):
                 print(f"{r['path']}: " + ", ".join(f"{t['class']} ({t['probability']:.1%})" for t in r["top"]))
         elif args.command == "embed":
             from aiayn.recipes.mlm import embed
 
             texts = args.text or [line.rstrip("\n") for line in sys.stdin]
-            vectors = embed(args.model, texts)
+            vectors = embed(args.model, texts, device=args.device)
             rows = (vectors @ vectors.T) if args.similarity else vectors
             for row in rows.tolist():
                 print(json.dumps([round(v, 6) for v in row]))
@@ -229,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.viz.files import viz
 
             for path in viz(args.what, args.out, args.run, args.text, args.d_model, args.positions, args.sides,
-                            window=args.window, target=args.target, html=args.html):
+                            window=args.window, target=args.target, html=args.html, device=args.device):
                 print(f"wrote {path}")
     except (ValueError, FileNotFoundError) as e:
         print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
@@ -258,14 +268,20 @@ def _train(argv: list[str]) -> int:
     fsdp = getattr(args, "fsdp", False)
     progress = not getattr(args, "no_progress", False)
     try:
-        distributed.init(fsdp=fsdp)  # under torchrun: join the other ranks
+        where = getattr(args, "device", None) or (cfg.device if cfg is not None else None)
+        if where is None:  # resumed on the device it was saved with
+            from aiayn.training.session import read_args
+
+            where = read_args(args.resume).get("device")
+        distributed.init(fsdp=fsdp, device=where)  # under torchrun: join the other ranks
         if fsdp and not distributed.active():
             print("--fsdp: one process holds the whole model, so nothing is sharded (start it with torchrun)",
                   file=sys.stderr)
         if not distributed.is_main():  # rank 0 alone prints
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
         if cfg is None:
-            recipes.resume(args.resume, getattr(args, "steps", None), progress=progress)
+            recipes.resume(args.resume, getattr(args, "steps", None), progress=progress,
+                           device=getattr(args, "device", None))
         else:
             recipes.train(cfg, progress=progress)
     except (ValueError, FileNotFoundError) as e:

@@ -18,6 +18,8 @@ from aiayn import recipes
 
 DEFAULT = "dates"
 # flags of `aiayn train` that are not Config fields: where settings come from, and how the process runs
+# what a resumed run may change: how long it trains, and where (a run saved on a GPU resumes on a CPU)
+RESUME_MAY_CHANGE = {"steps", "device"}
 RUN_FLAGS = ("task", "config", "resume", "set", "no_progress", "fsdp")
 
 
@@ -70,7 +72,7 @@ def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
                                                            "or as the first word)")
     p.add_argument("--config", metavar="FILE", help="settings from a TOML file (or a run's args.json); flags win")
     p.add_argument("--resume", metavar="RUN", help="continue the run folder RUN with its own settings (--steps "
-                                                   "may raise the updates)")
+                                                   "may raise the updates, --device move it)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE", dest="set",
                    help="a field of the model preset's config, e.g. --set d_model=256 (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,10 +105,11 @@ def to_config(argv: list[str], parser_class: type[argparse.ArgumentParser]
     args = p.parse_args(argv[1:] if argv and argv[0] == name else argv)  # the name, if first, is in prog
     given = {k: v for k, v in vars(args).items() if k not in RUN_FLAGS}
     if getattr(args, "resume", None) is not None:
-        extra = sorted(set(given) - {"steps"}) + (["--set"] if getattr(args, "set", None) else []) + (
+        extra = sorted(set(given) - RESUME_MAY_CHANGE) + (["--set"] if getattr(args, "set", None) else []) + (
             ["--config"] if getattr(args, "config", None) else [])
         if extra:
-            p.error(f"--resume continues a run with its own settings; only --steps may change, got {extra}")
+            p.error(f"--resume continues a run with its own settings; only {' and '.join(sorted(RESUME_MAY_CHANGE))} "
+                    f"may change, got {extra}")
         return None, args
     settings = {}
     if getattr(args, "config", None):

@@ -31,7 +31,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import EncoderDecoder
+from aiayn.decoding.greedy import EncoderDecoder, check_src
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -80,14 +80,17 @@ def beam_search(
         ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` (unless cut by ``max_len``) and padded
         with ``pad_id`` after it, as :func:`~aiayn.decoding.greedy.greedy` returns; with ``return_scores``,
         ``(ids, scores)`` with ``scores`` of shape ``(B,)``.
+
+    Raises:
+        ValueError: a bad ``beam``, ``normalize`` or ``max_len``; ``src`` not ``(B, S)``, or holding an id
+            outside the source vocabulary.
     """
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
     if normalize not in PENALTIES:
         raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
     penalty = PENALTIES[normalize]
-    if src.dim() != 2:
-        raise ValueError(f"src must be (B, S) token ids, got shape {tuple(src.shape)}")
+    check_src(model, src)
     max_len = src.size(1) + 50 if max_len is None else max_len
     if max_len < 1:
         raise ValueError(f"max_len must be >= 1, got {max_len}")

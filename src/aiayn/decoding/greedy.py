@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 from torch import Tensor, nn
 
+from aiayn.layers.embedding import check_ids
+
 if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
 
@@ -33,6 +35,18 @@ class EncoderDecoder(Protocol):
     def new_cache(self, max_len: int) -> DecoderCache: ...
 
 
+def check_src(model: nn.Module, src: Tensor) -> None:
+    """Refuse source ids that are not ``(B, S)`` integers within the model's source vocabulary
+    (``cfg.src_vocab_size``, where the model has one).
+
+    Called once at the entry of a decoding call: the range costs one read back from the device there,
+    whereas the embedding, run every step, checks it on the CPU only (on an accelerator a bad id would
+    otherwise surface as a device-side assert in the lookup).
+    """
+    vocab = getattr(getattr(model, "cfg", None), "src_vocab_size", None)
+    check_ids(src, vocab if vocab is not None else 0, "src", values=vocab is not None)
+
+
 @torch.no_grad()
 def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache: bool = True) -> Tensor:
     """Decode ``(B, S)`` source ids greedily.
@@ -44,7 +58,11 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
 
     Returns:
         ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` and padded with ``pad_id`` after it.
+
+    Raises:
+        ValueError: ``src`` not ``(B, S)``, or holding an id outside the source vocabulary.
     """
+    check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
     was_training = model.training

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 from torch import Tensor, nn
 
+from aiayn.layers.embedding import check_ids
+
 if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
 
@@ -28,6 +30,22 @@ class _CachingModel(Protocol):
     """The one method :func:`stream` calls on a model besides ``nn.Module``'s own (for the type checker)."""
 
     def new_cache(self, max_len: int) -> DecoderCache: ...
+
+
+def check_prompts(model: nn.Module, prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
+    """Refuse empty prompts and ids outside the model's vocabulary (``cfg.vocab_size``, where it has one).
+
+    Checked once, on the host lists, before any step: the embedding checks ids on the CPU only.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError(f"{name}: every prompt needs at least one token (start with the end-of-text token "
+                         f"for none)")
+    vocab = getattr(getattr(model, "cfg", None), "vocab_size", None)
+    if vocab is None:
+        return
+    lo, hi = min(min(p) for p in prompts), max(max(p) for p in prompts)
+    if lo < 0 or hi >= vocab:
+        raise ValueError(f"{name} holds token id {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab})")
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -75,11 +93,14 @@ def stream(
     use_cache: bool = True,
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
-    every row has produced ``eos_id`` (a finished row keeps yielding ``eos_id``)."""
+    every row has produced ``eos_id`` (a finished row keeps yielding ``eos_id``).
+
+    Raises (at the first ``next``):
+        ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``.
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token (start with the end-of-text token for none)")
+    check_prompts(model, prompts)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -135,8 +156,14 @@ def sample(
     Returns:
         ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``), or
         one list per prompt, cut after its ``eos_id``.
+
+    Raises:
+        ValueError: an empty prompt, or an id outside ``model.cfg.vocab_size``, before any step.
     """
+    if isinstance(prompt, Tensor):
+        check_ids(prompt, 0, "prompt", values=False)  # (B, T) integers; the range is checked on the lists
     rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
+    check_prompts(model, rows, "prompt")
     steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache))
     new = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in rows]  # (B, n)
     if isinstance(prompt, Tensor):

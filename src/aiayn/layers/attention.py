@@ -8,6 +8,13 @@ Two paths compute equation 1: the fused ``torch.nn.functional.scaled_dot_product
 default) and an explicit one that also returns the weights. Weights are asked for explicitly
 (``need_weights=True``) or collected for a whole model with :func:`record_attention`.
 
+On CUDA the fused function picks its kernel from its arguments: flash only without a mask (``is_causal``
+stands in for the causal one), memory-efficient with one. So a purely causal self-attention passes
+``is_causal=True``, never a materialised mask, and padding stays a key-only ``(B, 1, 1, S)`` mask wherever
+causality does not have to be folded into it. What each model passes is pinned in
+``tests/layers/test_attention_kernels.py``. Nothing here reads a tensor value back to the host on an
+accelerator (a stall per layer).
+
 Shapes: B batch, H heads, T query length, S key length, D head dim (d_k), C model dim.
 """
 
@@ -28,16 +35,17 @@ from aiayn.layers.masks import causal_mask, combine
 _recorders: list[dict[str, list[Tensor]]] = []
 
 
-def _safe(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-    """Rows of a mask with nothing to attend to would give softmax(-inf, ..., -inf) = NaN.
+def _safe(mask: Tensor, ask: bool) -> tuple[Tensor, Tensor | None]:
+    """Rows of a bool mask with nothing to attend to would give softmax(-inf, ..., -inf) = NaN.
 
     Let such rows attend everywhere (so no NaN arises, forward or backward) and return which rows
-    they were, so the caller sets their output to zero.
+    they were, so the caller sets their output to zero. ``ask``: first read back whether there are any,
+    and return ``(mask, None)`` if not. On the CPU the answer is free and saves two operations; on an
+    accelerator the read would stall every layer, so there the fix is always applied (a no-op where no
+    row is empty). The mask keeps its shape: a key-only ``(B, 1, 1, S)`` mask stays one.
     """
-    if mask is None:
-        return None, None
     empty = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1)
-    if not bool(empty.any()):
+    if ask and not bool(empty.any()):
         return mask, None
     return mask | empty, empty
 
@@ -69,7 +77,7 @@ def scaled_dot_product_attention(
     """
     empty = None
     if mask is not None and mask.dtype == torch.bool:
-        mask, empty = _safe(mask)
+        mask, empty = _safe(mask, ask=mask.device.type == "cpu")
     if not need_weights:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
         weights = None
@@ -170,8 +178,11 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self._heads(q), self._heads(k), self._heads(v)
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, S, D), S = positions cached so far
-                if is_causal:  # queries are the last T of S positions: shift the causal diagonal
-                    t, s = q.size(2), k.size(2)
+                t, s = q.size(2), k.size(2)
+                # SDPA's is_causal puts the diagonal top-left, right only when T == S (the first call, on
+                # an empty cache). Otherwise the queries are the last T of S positions: shift the diagonal
+                # in a mask, or drop it for one query (it may attend to everything cached).
+                if is_causal and (t != s or mask is not None):
                     mask = combine(mask, causal_mask(t, s, q.device)) if t > 1 else mask
                     is_causal = False
         else:

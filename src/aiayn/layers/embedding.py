@@ -15,8 +15,21 @@ from aiayn.layers.positional import LearnedPositionalEmbedding, SinusoidalPositi
 POSITIONAL = ("sinusoidal", "sinusoidal-concat", "learned", "none")
 
 
-def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
-    """Refuse token ids that are not a ``(B, T)`` integer tensor within ``[0, vocab_size)``."""
+def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", values: bool = True) -> None:
+    """Refuse token ids that are not a ``(B, T)`` integer tensor within ``[0, vocab_size)``.
+
+    Args:
+        ids: the tensor to check.
+        vocab_size: V; every id must lie in ``[0, V)``.
+        name: the argument named in the error.
+        values: also check the range. That reads ``ids.min()`` and ``ids.max()`` back to the host: free on
+            the CPU, a stall on an accelerator, where it belongs once at the entry of a public call (the
+            decoding functions), not in a forward run every step.
+
+    Raises:
+        TypeError: not a tensor, or not integers.
+        ValueError: not ``(B, T)``, empty, or (``values``) an id outside the vocabulary.
+    """
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
@@ -25,6 +38,8 @@ def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
         raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError(f"{name} is empty, shape {tuple(ids.shape)}")
+    if not values:
+        return
     lo, hi = int(ids.min()), int(ids.max())
     if lo < 0 or hi >= vocab_size:
         bad = lo if lo < 0 else hi
@@ -86,8 +101,12 @@ class Embedding(nn.Module):
     def forward(self, ids: Tensor, start: int = 0, position_ids: Tensor | None = None,
                 segment_ids: Tensor | None = None) -> Tensor:
         """``(B, T)`` ids at positions ``start ..`` (or at ``position_ids`` ``(B, T)``, for rows padded
-        on the left), in segments ``segment_ids`` ``(B, T)`` (default 0) -> ``(B, T, C)``."""
-        check_ids(ids, self.tokens.num_embeddings)
+        on the left), in segments ``segment_ids`` ``(B, T)`` (default 0) -> ``(B, T, C)``.
+
+        The ids' range is checked on the CPU only: on an accelerator reading it back would stall every
+        forward (every decoding step); the public decoding calls check it once before their loop.
+        """
+        check_ids(ids, self.tokens.num_embeddings, values=ids.device.type == "cpu")
         x = self.tokens(ids)
         if self.scale != 1.0:
             x = x * self.scale

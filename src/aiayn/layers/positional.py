@@ -78,6 +78,11 @@ def sine_encoding_2d(mask: Tensor, d_model: int, temperature: float = 10000.0, n
     return torch.cat([encode(y), encode(x)], dim=-1).float()  # (B, H, W, C)
 
 
+def _last(position_ids: Tensor) -> int | None:
+    """``position_ids.max() + 1`` on the CPU; ``None`` on an accelerator, where reading it would stall."""
+    return int(position_ids.max()) + 1 if position_ids.device.type == "cpu" else None
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed encodings, no parameters; works for any length (the table grows on demand)."""
 
@@ -89,9 +94,13 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", sinusoidal_encoding(max_len, d_model, layout), persistent=False)
 
     def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
-        """Encodings ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``."""
-        end = start + t if position_ids is None else int(position_ids.max()) + 1
-        if end > self.table.size(0):  # past the longest length seen so far: extend, never refuse
+        """Encodings ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``.
+
+        ``position_ids`` on an accelerator must lie within the table (``max_len`` or the longest length seen
+        so far): growing it for them would read their maximum back to the host, a stall every forward.
+        """
+        end = start + t if position_ids is None else _last(position_ids)
+        if end is not None and end > self.table.size(0):  # past the longest length seen so far: extend, never refuse
             n = max(end, 2 * self.table.size(0))
             self.table = sinusoidal_encoding(n, self.d_model, self.layout).to(self.table.device)
         return self.table[start : start + t] if position_ids is None else self.table[position_ids]
@@ -107,9 +116,13 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> Tensor:
-        """Vectors ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``."""
-        end = start + t if position_ids is None else int(position_ids.max()) + 1
-        if end > self.max_len:
+        """Vectors ``(T, C)`` of positions ``start .. start + t - 1``, or ``(B, T, C)`` of ``position_ids``.
+
+        ``position_ids`` are checked against ``max_len`` on the CPU only (reading them back would stall an
+        accelerator every forward; :class:`aiayn.models.GPT` checks its own once where they could exceed it).
+        """
+        end = start + t if position_ids is None else _last(position_ids)
+        if end is not None and end > self.max_len:
             raise ValueError(
                 f"sequence of {end} positions is longer than the {self.max_len} learned positions "
                 f"(max_len); use a shorter input or sinusoidal positions"

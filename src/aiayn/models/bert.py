@@ -132,7 +132,7 @@ class BERT(nn.Module):
             token_type_ids: ``(B, T)`` segment of each token (0 for A, 1 for B); default all 0.
             attention_mask: ``(B, T)`` 1/``True`` for real tokens; default: every token but ``pad_id``.
         """
-        check_ids(ids, self.cfg.vocab_size)
+        check_ids(ids, self.cfg.vocab_size, values=False)  # the range: in the embedding, on the CPU only
         if token_type_ids is not None and token_type_ids.shape != ids.shape:
             raise ValueError(f"token_type_ids must have the shape of ids {tuple(ids.shape)}, "
                              f"got {tuple(token_type_ids.shape)}")

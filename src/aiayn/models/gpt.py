@@ -125,6 +125,9 @@ class GPT(nn.Module):
                 (cached and new): rows padded on the left, as batched prompts of different lengths are.
                 Positions then count real tokens only, as Hugging Face's GPT-2 counts them.
             cache: from :meth:`new_cache`; ``ids`` are then only the new positions.
+
+        Without ``attention_mask`` self-attention is SDPA's ``is_causal`` (no mask is built, so CUDA may run
+        its flash kernel); with one, a bool mask (the memory-efficient kernel).
         """
         start = 0 if cache is None else cache.length
         t = ids.size(1)
@@ -137,9 +140,18 @@ class GPT(nn.Module):
                 raise ValueError(f"attention_mask must be (batch, cached + new positions) = {(ids.size(0), s)}, "
                                  f"got {tuple(attention_mask.shape)}")
             real = attention_mask.bool()
+            if s > self.cfg.max_len:  # positions count real tokens only, so they may still fit: count them
+                # (the one host read here; the embedding reads positions on the CPU only)
+                n = int(real.sum(-1).max())
+                if n > self.cfg.max_len:
+                    raise ValueError(f"sequence of {n} positions is longer than the {self.cfg.max_len} learned "
+                                     f"positions (max_len); use a shorter input")
             position_ids = (real.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
             x = self.embed(ids, position_ids=position_ids)
-            mask = combine(real[:, None, None, :], causal_mask(t, s, device=ids.device))  # (B, 1, T, S)
+            # SDPA takes a mask or is_causal, not both, so padding with T > 1 needs the full (B, 1, T, S) mask;
+            # one new token may see every earlier position, so there it is the key-only padding mask.
+            keys = real[:, None, None, :]  # (B, 1, 1, S)
+            mask = keys if t == 1 else combine(keys, causal_mask(t, s, device=ids.device))  # (B, 1, T, S)
             is_causal = False
         x = self.decoder(x, None, mask, None, is_causal, caches=cache)
         return self.lm_head(x)

@@ -116,14 +116,17 @@ def train(cfg: RecipeConfig | str = "dates", /, resume: str | os.PathLike | None
 
 
 def resume(run: str | os.PathLike, steps: int | None = None, progress: bool = True,
-           verbose: bool = True) -> dict[str, Any]:
+           verbose: bool = True, device: str | None = None) -> dict[str, Any]:
     """Continue the run folder ``run`` from its last saved state with its own settings (``steps`` may raise the
-    updates). It ends with exactly the weights and log of a run never interrupted."""
+    updates; ``device`` moves it, e.g. a run saved on a GPU goes on on a CPU). On one device it ends with exactly
+    the weights and log of a run never interrupted."""
     from aiayn.training import train_state_info
     from aiayn.training.session import read_args
 
     cfg = from_dict(read_args(run))
     changes: dict[str, Any] = {} if steps is None else {"steps": steps}
+    if device is not None:
+        changes["device"] = device
     accum = _kept_accum(cfg.accum, train_state_info(run)["extra"].get("batches_per_update"), verbose)
     if accum != cfg.accum:
         changes["accum"] = accum

@@ -34,7 +34,7 @@ from torch import nn
 
 import aiayn
 from aiayn.io import write_json
-from aiayn.training import distributed
+from aiayn.training import device, distributed
 from aiayn.training.session import Session, open_run
 
 # The updates a time budget is measured on (never more than the warm-up, whose rate ignores the total).
@@ -64,7 +64,14 @@ class RecipeConfig:
     save_every: int = setting(500, "write the training state every N updates (and on Ctrl-C), for --resume")
     average: int = setting(0, "also write average.safetensors, the mean of the weights at N updates spread over "
                               "the last 20% (section 6.1 averages the last 5 checkpoints); 0: none")
-    bf16: bool = setting(False, "forward and loss under bf16 autocast (far slower on CPUs without bf16 units)")
+    device: str = setting("auto", "where to train: auto (a GPU when there is one, else the CPU), cpu, cuda, cuda:N "
+                                  "or mps; under torchrun each rank takes its own GPU")
+    bf16: bool = setting(False, "forward and loss under bf16 autocast (GPUs since Ampere; far slower on CPUs "
+                                "without bf16 units)")
+    fp16: bool = setting(False, "forward and loss under fp16 autocast, with loss scaling (GPUs without bf16); "
+                                "updates whose gradients overflow are skipped and counted")
+    grad_checkpoint: bool = setting(False, "recompute each block's activations in the backward pass instead of "
+                                           "keeping them: less memory for about a third more compute")
     compile: bool = setting(False, "train through torch.compile (on a small CPU it did not pay)")
     seed: int = setting(0, "seeds the data, the initial weights and every batch")
     out: str = setting("runs", "folder that gets the run folder")
@@ -77,6 +84,9 @@ class RecipeConfig:
             _at_least(self, name, 0)
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
+        device.check(self.device)
+        if self.bf16 and self.fp16:
+            raise ValueError("bf16 and fp16 are two precisions; take one")
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
         aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
@@ -90,6 +100,12 @@ def _at_least(cfg: Any, name: str, low: float) -> None:
     value = getattr(cfg, name)
     if value is None or value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def fused(model: nn.Module) -> dict[str, Any]:
+    """Adam's options for ``model``'s device: the fused kernel on CUDA (one launch for every tensor, where the
+    loop over tensors launches several each), the plain loop elsewhere and under FSDP's sharded tensors."""
+    return {"fused": True} if device.of(model).type == "cuda" and not distributed.sharding() else {}
 
 
 def positive(cfg: Any, *names: str) -> None:
@@ -163,11 +179,25 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     t0 = time.perf_counter()
     folder = None if resume is None else Path(resume)
     task = recipe(cfg, folder, say)
+    where = device.resolve(cfg.device)
+    if where.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on tensor cores (TF32); bf16/fp16 as asked
+        torch.backends.cudnn.allow_tf32 = True
+    if where.type != "cpu":
+        say(f"device {where}" + (f" ({torch.cuda.get_device_name(where)})" if where.type == "cuda" else ""))
+    task.model.to(where)
+    if cfg.grad_checkpoint:
+        from aiayn.training.activations import checkpoint_blocks
+
+        say(f"activation checkpointing: {checkpoint_blocks(task.model)} blocks recompute their activations")
     folder = open_run(cfg.out, cfg.name or task.run_name, cfg.to_dict(), folder, task.files)
     optimizer = task.optimizer()
     plan: dict[str, Any] = {"total": cfg.steps}  # "keep": the updates whose weights are averaged
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: task.schedule(i, plan["total"]))
-    session = Session(folder, task.model, optimizer, scheduler, cfg.accum)
+    # fp16: losses here are sums over tokens, so their gradients are large: start the loss scale low (fairseq's
+    # 128) rather than at 2^16, which would skip the first ~log2(tokens per batch) updates
+    scaler = torch.amp.GradScaler(where.type, init_scale=128.0) if cfg.fp16 else None
+    session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler)
     if resume is not None:
         done, _ = session.restore()
         say(f"resuming {folder} after update {done} of {cfg.steps}")
@@ -182,7 +212,7 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
 
     batches = task.batches(session.position)
     options: dict[str, Any] = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
-                               "autocast": "bf16" if cfg.bf16 else None, "compile": cfg.compile}
+                               "autocast": "bf16" if cfg.bf16 else "fp16" if cfg.fp16 else None, "compile": cfg.compile}
     if cfg.minutes is not None and resume is None:
         plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, options, folder, say)
     plan["keep"] = average_points(cfg.average, plan["total"])

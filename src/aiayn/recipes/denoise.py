@@ -25,8 +25,9 @@ import aiayn
 from aiayn.data import BPETokenizer, collate, date_lines, load_tokenizer, read_text
 from aiayn.data.noising import NOISES, corrupt
 from aiayn.decoding import greedy
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, label_smoothed_loss, warmup_cosine
+from aiayn.training import device as devices
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -146,7 +147,8 @@ class Denoising(Recipe):
             f"{cfg.batch_size} lines")
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.98))
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.98),
+                                 **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup, total)
@@ -164,9 +166,10 @@ class Denoising(Recipe):
     @torch.no_grad()
     def validate(self, model) -> dict[str, float]:
         model.eval()
+        where = devices.of(model)
         loss = nll = n = 0
         for batch in self.eval_batches:
-            l_, nll_, n_ = self.loss(model, batch)
+            l_, nll_, n_ = self.loss(model, devices.move(batch, where))
             loss, nll, n = loss + l_.item(), nll + nll_.item(), n + n_
         return {"val_loss": loss / n, "val_nll": nll / n}
 
@@ -189,11 +192,13 @@ class Denoising(Recipe):
 @torch.no_grad()
 def reconstruction(model, tok, held_out: list[tuple[list[int], list[int]]], eval_batches: list) -> dict[str, Any]:
     """How much of the held-out text greedy decoding gets back: ``{"exact_match", "token_accuracy",
-    "copy_accuracy" (the same score for the corrupted input itself, the baseline), "samples"}``."""
-    cfg = model.cfg
+    "copy_accuracy" (the same score for the corrupted input itself, the baseline), "samples"}``. The sources go to
+    ``model``'s device."""
+    cfg, where = model.cfg, devices.of(model)
     samples, right, copied = [], 0, 0
     for batch, i in zip(eval_batches, range(0, len(held_out), 100)):
-        out_ids = greedy(model, batch[0], max_len=min(batch[0].size(1) + 50, cfg.max_len - 1)).tolist()
+        sources = devices.move(batch[0], where)
+        out_ids = greedy(model, sources, max_len=min(sources.size(1) + 50, cfg.max_len - 1)).tolist()
         for (src, tgt), hyp in zip(held_out[i : i + 100], out_ids):
             hyp = hyp[: hyp.index(cfg.eos_id)] if cfg.eos_id in hyp else hyp
             right += sum(a == b for a, b in zip(hyp, tgt))

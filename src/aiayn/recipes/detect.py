@@ -31,9 +31,19 @@ from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.training import device as devices
 from aiayn.training import warmup_cosine
 from aiayn.training.session import read_args
+
+
+def collate_on(samples: list, where: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """:func:`~aiayn.data.detection.collate`'s ``(images, pixel mask, targets)`` on the device ``where``. The
+    pixels are gathered through numpy, so samples already on another device (``fit`` moves a training batch to
+    the model's) come back to the CPU first; on the CPU nothing is copied."""
+    if any(image.device.type != "cpu" for image, _ in samples):
+        samples = devices.move(samples, "cpu")
+    return devices.move(collate(samples), where)
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -110,7 +120,8 @@ class Detection(Recipe):
 
     def optimizer(self) -> torch.optim.Optimizer:
         cfg = self.cfg
-        return torch.optim.AdamW(param_groups(self.model, cfg.lr, cfg.lr_backbone), weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(param_groups(self.model, cfg.lr, cfg.lr_backbone), weight_decay=cfg.weight_decay,
+                                 **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup, total)
@@ -122,8 +133,9 @@ class Detection(Recipe):
         return voc_batches(self.train_set, cfg.batch_size, cfg.seed, start=start)
 
     def loss(self, model, samples):
-        images, mask, targets = collate(samples)
-        losses = self.criterion(model(images, None if bool(mask.all()) else mask), targets)
+        where = devices.of(model)
+        images, mask, targets = collate_on(samples, where)
+        losses = self.criterion.to(where)(model(images, None if bool(mask.all()) else mask), targets)
         b = images.size(0)  # fit divides by the images of the update: the loss is the mean per batch
         return losses["loss"] * b, losses["ce"].detach() * b, b
 
@@ -153,17 +165,22 @@ def param_groups(model: torch.nn.Module, lr: float, lr_backbone: float) -> list[
 def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
                   criterion: SetCriterion | None = None) -> dict[str, float]:
     """``{"val_loss", "map50", "map", "map75"}`` of ``model`` on ``samples`` (every query's detection counts,
-    scored by its class probability, as DETR is evaluated)."""
+    scored by its class probability, as DETR is evaluated). Each batch runs on ``model``'s device (``criterion``
+    is moved there too); the detections are scored on the CPU."""
     was_training = model.training
     model.eval()
-    criterion = criterion or SetCriterion(cast(DETR, model).cfg.num_classes)
+    where = devices.of(model)
+    criterion = (criterion or SetCriterion(cast(DETR, model).cfg.num_classes)).to(where)
     detections, truths, loss, batches = [], [], 0.0, 0
     for i in range(0, len(samples), batch_size):
-        images, mask, targets = collate(samples[i : i + batch_size])
+        batch = samples[i : i + batch_size]
+        images, mask, targets = collate_on(batch, where)
         outputs = model(images, None if bool(mask.all()) else mask)
         loss, batches = loss + float(criterion(outputs, targets)["loss"]), batches + 1
-        detections += postprocess(outputs)  # boxes relative to each image: IoU does not mind the scale
-        truths += [{"boxes": cxcywh_to_xyxy(t["boxes"]), "labels": t["labels"]} for t in targets]
+        last = devices.move({"logits": outputs["logits"], "boxes": outputs["boxes"]}, "cpu")  # the last layer's
+        detections += postprocess(last)  # boxes relative to each image: IoU does not mind the scale
+        truths += [{"boxes": cxcywh_to_xyxy(t["boxes"]), "labels": t["labels"]}
+                   for t in devices.move([t for _, t in batch], "cpu")]
     model.train(was_training)
     ap = average_precision(detections, truths)
     return {"val_loss": loss / max(batches, 1), "map50": cast(float, ap["map50"]), "map": cast(float, ap["map"]),
@@ -171,7 +188,8 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
 
 
 def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: float = 0.7,
-           out: str | os.PathLike | None = None, verbose: bool = True) -> dict[str, Any]:
+           out: str | os.PathLike | None = None, verbose: bool = True, *,
+           device: str | torch.device | None = None) -> dict[str, Any]:
     """Detect objects in one image with a trained run; print them and draw them.
 
     Args:
@@ -179,21 +197,28 @@ def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: flo
         image_path: any image Pillow reads.
         threshold: keep detections whose class probability is above this.
         out: the picture to write; default ``<run>/detections/<image name>.png``.
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
 
     Returns:
         ``{"detections": [{"label", "name", "score", "box": [x0, y0, x1, y1] in the image's pixels}], "image"}``.
+
+    Raises:
+        ValueError: ``device`` names no device of this machine, or ``threshold`` is outside [0, 1).
     """
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder of `aiayn train --task detect`?")
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold={threshold} must be in [0, 1)")
-    model = aiayn.load(run).eval()
+    where = devices.resolve(device)
+    model = aiayn.load(run).to(where).eval()
     classes = json.loads((run / "classes.json").read_text())
     original = load_image(image_path)  # (3, H, W) uint8
-    images, _, _ = collate([(load_image(image_path, read_args(run).get("image_size", 128)), {})])
+    images, _, _ = collate_on([(load_image(image_path, read_args(run).get("image_size", 128)), {})], where)
     with torch.no_grad():
         found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
+    found = devices.move(found, "cpu")
     keep = found["scores"] > threshold
     detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
                    "box": [round(float(v), 1) for v in box]}
@@ -230,13 +255,24 @@ def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> 
     plt.close(fig)
 
 
-def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str = "val") -> dict[str, float]:
-    """``{"val_loss", "map50", "map", "map75", "n"}`` of a detection run on a split of a Pascal VOC folder."""
+def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str = "val", *,
+                 device: str | torch.device | None = None) -> dict[str, float]:
+    """``{"val_loss", "map50", "map", "map75", "n"}`` of a detection run on a split of a Pascal VOC folder.
+
+    Args:
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
+    where = devices.resolve(device)
     run = Path(run)
-    model = aiayn.load(run).eval()
+    model = aiayn.load(run).to(where).eval()
     classes = json.loads((run / "classes.json").read_text())
     samples, _, _ = read_voc(data_dir, split, read_args(run).get("image_size", 128), classes)
     return {**evaluate_detr(model, samples), "n": len(samples)}
 
 
-__all__ = ["Config", "Detection", "detect", "evaluate_detr", "evaluate_voc", "param_groups", "voc_batches"]
+__all__ = ["Config", "Detection", "collate_on", "detect", "evaluate_detr", "evaluate_voc", "param_groups",
+           "voc_batches"]

@@ -18,11 +18,11 @@ from aiayn.training.session import read_args
 
 # the settings each task's evaluation takes
 TAKES = {
-    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights"},
-    "lm": {"data"},
-    "mlm": {"data"},
-    "image": {"data_dir"},
-    "detect": {"data_dir", "split"},
+    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights", "device"},
+    "lm": {"data", "device"},
+    "mlm": {"data", "device"},
+    "image": {"data_dir", "device"},
+    "detect": {"data_dir", "split", "device"},
 }
 
 
@@ -42,13 +42,14 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     need = "data" if task in ("translation", "lm", "mlm") else "data_dir"
     if settings.get(need) is None:
         raise ValueError(f"evaluating a {task} run needs --{need.replace('_', '-')}")
+    where = settings.get("device")  # None: a GPU when there is one
     if task == "translation":
         from aiayn.recipes.translation import evaluate as bleu
 
         langs: dict[str, Any] = {k: settings.get(k) or args.get(k) for k in ("src_lang", "tgt_lang")}
         beam = settings.get("beam", 4)
         scores = bleu(run, settings["data"], settings.get("data_dir"), settings.get("split", "test_2016_flickr"),
-                      beam=beam, weights=settings.get("weights"), **langs)
+                      beam=beam, weights=settings.get("weights"), device=where, **langs)
         return {**scores, "beam": beam}
     data = settings.get("data")
     file = data[0] if isinstance(data, list) and len(data) == 1 else data
@@ -58,16 +59,16 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
         from aiayn.recipes.lm import perplexity
 
         assert isinstance(file, (str, Path))  # refused above otherwise
-        return perplexity(run, file)
+        return perplexity(run, file, device=where)
     if task == "mlm":
         from aiayn.recipes.mlm import masked_accuracy
 
         assert isinstance(file, (str, Path))  # refused above otherwise
-        return masked_accuracy(run, file)
+        return masked_accuracy(run, file, device=where)
     if task == "image":
         from aiayn.recipes.image import image_accuracy
 
-        return image_accuracy(run, settings["data_dir"])
+        return image_accuracy(run, settings["data_dir"], device=where)
     from aiayn.recipes.detect import evaluate_voc
 
-    return evaluate_voc(run, settings["data_dir"], settings.get("split", "val"))
+    return evaluate_voc(run, settings["data_dir"], settings.get("split", "val"), device=where)

@@ -27,8 +27,9 @@ from torch import Tensor
 import aiayn
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, warmup_cosine
+from aiayn.training import device as devices
 
 if TYPE_CHECKING:
     from aiayn.models.swin import Swin
@@ -84,9 +85,12 @@ def classification_loss(label_smoothing: float = 0.0):
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, images: Tensor, batch_size: int = 500) -> Tensor:
-    """Logits ``(N, K)`` of uint8 images ``(N, C, H, W)``, in eval mode."""
+    """Logits ``(N, K)`` of uint8 images ``(N, C, H, W)``, in eval mode; each batch runs on ``model``'s device, the
+    logits come back to the CPU (beside the labels)."""
     model.eval()
-    return torch.cat([model(normalise(images[i : i + batch_size])) for i in range(0, len(images), batch_size)])
+    where = devices.of(model)
+    return torch.cat([model(normalise(devices.move(images[i : i + batch_size], where))).cpu()
+                      for i in range(0, len(images), batch_size)])
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,8 @@ class ImageClassification(Recipe):
             f"{cfg.batch_size} images")
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999))
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999),
+                                 **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup, total)
@@ -173,10 +178,20 @@ class ImageClassification(Recipe):
 
 
 @torch.no_grad()
-def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike) -> dict[str, Any]:
+def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike, *,
+                   device: str | torch.device | None = None) -> dict[str, Any]:
     """``{"accuracy", "loss", "confusion", "n"}`` of an image run on a folder of labelled images (MNIST's IDX
-    files or a CSV of pixels and labels)."""
-    model = cast("ViT | Swin", aiayn.load(run).eval())  # an image run holds a ViT or a Swin
+    files or a CSV of pixels and labels).
+
+    Args:
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
+    where = devices.resolve(device)
+    model = cast("ViT | Swin", aiayn.load(run).to(where).eval())  # an image run holds a ViT or a Swin
     images, labels = read_images(data_dir, prefer="t10k")
     if tuple(images.shape[1:]) != (model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size):
         raise ValueError(f"{data_dir} holds images of {tuple(images.shape[1:])}; the model takes "
@@ -230,7 +245,7 @@ def prepare(image: Tensor, in_channels: int, size: int, invert: bool | None = No
 
 
 def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: int = 3,
-             invert: bool | None = None) -> list[dict[str, Any]]:
+             invert: bool | None = None, *, device: str | torch.device | None = None) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each image under the model of a run folder (or checkpoint).
 
     Args:
@@ -238,11 +253,17 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         image_paths: PNG/JPEG files or ``.npy`` arrays.
         top: how many classes to give per image.
         invert: invert grey images (``None``: when their border is light).
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
 
     Returns:
         One ``{"path", "top": [{"class", "probability"}, ...]}`` per image, most likely first.
+
+    Raises:
+        ValueError: ``device`` names no device of this machine, or the run holds no classifier.
     """
-    model = aiayn.load(run).eval()
+    where = devices.resolve(device)
+    model = aiayn.load(run).to(where).eval()
     cfg: Any = model.cfg  # any model's config: checked below to be a classifier's
     if not hasattr(cfg, "in_channels"):
         raise ValueError(f"{run} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
@@ -252,7 +273,7 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         return []
     images = torch.stack([prepare(read_image_file(p), cfg.in_channels, cfg.image_size, invert) for p in image_paths])
     with torch.no_grad():
-        probs = model(normalise(images)).softmax(-1)  # (N, K)
+        probs = model(normalise(devices.move(images, where))).softmax(-1)  # (N, K)
     p, idx = probs.topk(min(top, cfg.num_classes), dim=-1)
     return [{"path": str(path), "top": [{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]}
             for path, ci, pi in zip(image_paths, idx.tolist(), p.tolist())]

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 import aiayn
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
 from aiayn.decoding import sample, stream
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, warmup_cosine
+from aiayn.training import device as devices
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ class LanguageModel(Recipe):
 
     def optimizer(self) -> torch.optim.Optimizer:
         cfg = self.cfg
-        return torch.optim.AdamW(decay_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, cfg.beta2))
+        return torch.optim.AdamW(decay_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, cfg.beta2),
+                                 **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup, total)
@@ -115,7 +117,8 @@ class LanguageModel(Recipe):
     @torch.no_grad()
     def validate(self, model) -> dict[str, float]:
         model.eval()
-        total = sum(self.loss(model, b)[0].item() for b in self.val_batches)
+        where = devices.of(model)
+        total = sum(self.loss(model, devices.move(b, where))[0].item() for b in self.val_batches)
         loss = total / sum(b[1].numel() for b in self.val_batches)
         return {"val_loss": loss, "perplexity": math.exp(loss)}
 
@@ -139,7 +142,7 @@ class LanguageModel(Recipe):
             prompt = prompts[0]
         else:  # the start of the held-out text, at most half the model's context
             prompt = tok.decode(tok.encode(self.val_text[:80])[: self.mcfg.max_len // 2])
-        gen = torch.Generator().manual_seed(self.cfg.seed)
+        gen = torch.Generator(devices.of(model)).manual_seed(self.cfg.seed)  # sampling draws on the model's device
         room = max(1, min(200, self.mcfg.max_len - len(tok.encode(prompt)) - 1))  # prompt + sample within max_len
         result["sample"] = complete(model, tok, [prompt], room, temperature=0.8, top_k=40, generator=gen)[0]
         if not self.test_lines:
@@ -167,8 +170,17 @@ def _cut(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[: min(hits)], True) if hits else (text, False)
 
 
-def load_lm_run(run: str | os.PathLike):
-    """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``)."""
+def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None):
+    """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``).
+
+    Args:
+        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
+    where = devices.resolve(device)
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
@@ -176,7 +188,7 @@ def load_lm_run(run: str | os.PathLike):
         raise ValueError(f"{run} is a translation run: use `aiayn translate --run {run}`")
     if not (run / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no tokenizer.json")
-    return aiayn.load(run).eval(), load_tokenizer(run / "tokenizer.json")
+    return aiayn.load(run).to(where).eval(), load_tokenizer(run / "tokenizer.json")
 
 
 def generate(
@@ -188,17 +200,25 @@ def generate(
     top_p: float | None = None,
     stop: list[str] | None = None,
     seed: int | None = None,
+    *,
+    device: str | torch.device | None = None,
 ) -> Iterator[str]:
     """Yield the continuation of ``prompt`` piece by piece as the model makes it (for streaming), until
-    ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded)."""
-    model, tok = load_lm_run(run)
+    ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded).
+
+    Args:
+        temperature: divides the logits; 0 is greedy decoding.
+        seed: seeds the sampling (a generator on the model's device: a seed repeats its text on one device).
+        device: where the model runs, as :func:`load_lm_run`'s (``None``: a GPU when there is one, else the CPU).
+    """
+    model, tok = load_lm_run(run, device=device)
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
     room = model.cfg.max_len - len(ids)
     if room < 1:
         raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
-    gen = None if seed is None else torch.Generator().manual_seed(seed)
+    gen = None if seed is None else torch.Generator(devices.of(model)).manual_seed(seed)
     new: list[int] = []
     shown = ""
     for nxt in stream(model, [ids], min(max_new_tokens, room), temperature, top_k, top_p, gen, tok.eos_id):
@@ -218,17 +238,22 @@ def generate(
 
 @torch.no_grad()
 def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | None = None,
-               batch_size: int = 16) -> dict[str, float]:
+               batch_size: int = 16, *, device: str | torch.device | None = None) -> dict[str, float]:
     """``{"loss", "perplexity", "tokens"}`` of the run's model on a whole text file, in blocks of ``block``
-    tokens (default the model's ``max_len``), each token predicted from the ones before it in its block."""
-    model, tok = load_lm_run(run)
+    tokens (default the model's ``max_len``), each token predicted from the ones before it in its block.
+
+    Args:
+        device: where the model runs, as :func:`load_lm_run`'s (``None``: a GPU when there is one, else the CPU).
+    """
+    model, tok = load_lm_run(run, device=device)
+    where = devices.of(model)
     ids = torch.tensor(tok.encode(read_text(path)), dtype=torch.long)
     block = min(block or model.cfg.max_len, model.cfg.max_len, ids.numel() - 1)
     if block < 1:
         raise ValueError(f"{path} holds too little text to score ({ids.numel()} tokens)")
     batches = lm_blocks(ids, block, batch_size)
     total = sum(F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-                for x, y in batches)
+                for x, y in (devices.move(b, where) for b in batches))
     n = sum(y.numel() for _, y in batches)
     return {"loss": total / n, "perplexity": math.exp(total / n), "tokens": n}
 

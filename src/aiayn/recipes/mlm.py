@@ -32,8 +32,9 @@ from aiayn.data import make_pairs, read_text
 from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, warmup_cosine
+from aiayn.training import device as devices
 
 Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next label
 
@@ -113,10 +114,13 @@ def losses(model, batch):
 
 @torch.no_grad()
 def scores(model, held_out: list) -> dict[str, float]:
-    """``{"val_loss" (per masked token), "mlm_accuracy", "nsp_accuracy"}`` on batches of :func:`collate`."""
+    """``{"val_loss" (per masked token), "mlm_accuracy", "nsp_accuracy"}`` on batches of :func:`collate` (moved
+    to ``model``'s device)."""
     model.eval()
+    where = devices.of(model)
     mlm_loss = hits = n = nsp_hits = pairs = 0
     for batch in held_out:
+        batch = devices.move(batch, where)
         mlm, mlm_logits, _, nsp_logits, k = losses(model, batch)
         labels = batch[3]
         mlm_loss, n = mlm_loss + mlm.item(), n + k
@@ -184,7 +188,8 @@ class MaskedLM(Recipe):
             f"{cfg.batch_size} pairs")
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999))
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999),
+                                 **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup, total)
@@ -213,11 +218,21 @@ class MaskedLM(Recipe):
 
 
 @torch.no_grad()
-def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int = 0) -> dict[str, float]:
+def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int = 0, *,
+                    device: str | torch.device | None = None) -> dict[str, float]:
     """``{"mlm_accuracy", "nsp_accuracy", "val_loss", "pairs"}`` of a masked-LM run on a text file (one sentence
-    per line): every consecutive pair, masked as in training with a fixed seed."""
+    per line): every consecutive pair, masked as in training with a fixed seed.
+
+    Args:
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU). The masking is drawn on the CPU, the same on every device.
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
+    where = devices.resolve(device)
     run = Path(run)
-    model = cast(BERT, aiayn.load(run).eval())  # a masked-LM run holds a BERT
+    model = cast(BERT, aiayn.load(run).to(where).eval())  # a masked-LM run holds a BERT
     tok = WordPieceTokenizer.load(run / "tokenizer.json")
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     examples = encode(tok, sentence_pairs(lines, random.Random(seed)), model.cfg.max_len)
@@ -228,8 +243,18 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     return {**scores(model, held_out), "pairs": len(examples)}
 
 
-def load_bert(folder: str | os.PathLike) -> tuple[BERT, WordPieceTokenizer, int]:
-    """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder."""
+def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = None
+              ) -> tuple[BERT, WordPieceTokenizer, int]:
+    """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder.
+
+    Args:
+        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
+    where = devices.resolve(device)
     folder = Path(folder)
     if (folder / "config.json").is_file():
         model = aiayn.from_hf(folder)
@@ -249,19 +274,26 @@ def load_bert(folder: str | os.PathLike) -> tuple[BERT, WordPieceTokenizer, int]
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
-    return model.eval(), tok, max_len
+    return model.to(where).eval(), tok, max_len
 
 
 @torch.no_grad()
-def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64) -> Tensor:
-    """``(N, C)`` L2-normalised sentence embeddings of ``texts`` (mean pooling over real tokens)."""
+def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
+          device: str | torch.device | None = None) -> Tensor:
+    """``(N, C)`` L2-normalised sentence embeddings of ``texts`` (mean pooling over real tokens), on the CPU.
+
+    Args:
+        folder: a Hugging Face BERT folder or an aiayn run folder (:func:`load_bert`).
+        device: where the model runs, as :func:`load_bert`'s (``None``: a GPU when there is one, else the CPU).
+    """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
-    model, tok, max_len = load_bert(folder)
+    model, tok, max_len = load_bert(folder, device=device)
+    where = devices.of(model)
     out = []
     for i in range(0, len(texts), batch_size):
-        ids, types, mask = tok.batch(texts[i : i + batch_size], max_len)
-        out.append(mean_pool(model(ids, types, mask), mask))
+        ids, types, mask = devices.move(tok.batch(texts[i : i + batch_size], max_len), where)
+        out.append(mean_pool(model(ids, types, mask), mask).cpu())
     return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
 
 

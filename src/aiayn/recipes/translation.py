@@ -39,7 +39,8 @@ from aiayn.data import (
 from aiayn.data.synthetic import TASKS
 from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention
-from aiayn.recipes.base import Recipe, RecipeConfig, positive, setting
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
 
 Pairs = list[tuple[str, str]]
@@ -132,7 +133,8 @@ class Translation(Recipe):
             f"{cfg.steps} updates of <= {cfg.max_tokens} x {cfg.accum} tokens")
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)  # section 5.3
+        return torch.optim.Adam(self.model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,  # section 5.3
+                                **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
         cfg, d = self.cfg, self.mcfg.d_model
@@ -157,9 +159,10 @@ class Translation(Recipe):
         from aiayn.evaluation import corpus_scores
 
         model.eval()
+        where = devices.of(model)
         loss = nll = n = 0
         for batch in batches_once(self.held_out, self.cfg.max_tokens, self.mcfg):
-            l_, nll_, n_ = self.loss(model, batch)
+            l_, nll_, n_ = self.loss(model, devices.move(batch, where))
             loss, nll, n = loss + l_.item(), nll + nll_.item(), n + n_
         record = {"val_loss": loss / n, "val_nll": nll / n}
         if not self.cfg.made_up:  # BLEU on a corpus; made-up pairs are scored by exact match at the end
@@ -202,12 +205,15 @@ def batches_once(pairs, max_tokens: int, cfg):
 
 
 def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128) -> list[str]:
-    """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search."""
+    """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
+    ``model``'s device."""
+    where = devices.of(model)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: list[str] = [""] * len(texts)
     for i in range(0, len(order), batch_size):
         idx = order[i : i + batch_size]
         src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
+        src = devices.move(src, where)
         ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam)
         assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
         for j, row in zip(idx, ids.tolist()):
@@ -220,7 +226,7 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
     from aiayn.viz import plot_attention_grid
 
     hyp = translate_texts(model, src_tok, tgt_tok, [src_text])[0]
-    src, tgt_in, _ = seq2seq_batch([(src_text, hyp)], src_tok, tgt_tok)
+    src, tgt_in, _ = devices.move(seq2seq_batch([(src_text, hyp)], src_tok, tgt_tok), devices.of(model))
     with torch.no_grad(), record_attention(model) as rec:
         model(src, tgt_in)
     layers = [rec[f"decoder.layers.{i}.cross_attn"][0][0] for i in range(len(model.decoder.layers))]
@@ -228,13 +234,20 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
                                title=f"encoder-decoder attention: {src_text!r} -> {hyp!r}", row_label="decoder layer")
 
 
-def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None):
+def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *,
+             device: str | torch.device | None = None):
     """``(model, src_tokenizer, tgt_tokenizer)`` of a translation run folder.
 
     Args:
         weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
             (``best.safetensors``, ``average.safetensors``) or a path.
+        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
     """
+    where = devices.resolve(device)
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
@@ -245,21 +258,26 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None):
         given, weights = weights, Path(weights) if Path(weights).is_file() else run / weights
         if not weights.is_file():
             raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
-    model = aiayn.load(weights or run).eval()
+    model = aiayn.load(weights or run).to(where).eval()
     return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
 
 
 def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,
-              weights: str | os.PathLike | None = None) -> list[str]:
-    """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``; ``weights``
-    as :func:`load_run`'s)."""
-    model, src_tok, tgt_tok = load_run(run, weights)
+              weights: str | os.PathLike | None = None, *, device: str | torch.device | None = None) -> list[str]:
+    """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``).
+
+    Args:
+        weights: as :func:`load_run`'s; default the last weights.
+        device: where the model runs, as :func:`load_run`'s (``None``: a GPU when there is one, else the CPU).
+    """
+    model, src_tok, tgt_tok = load_run(run, weights, device=device)
     return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
 
 
 def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None = None,
              split: str = "test_2016_flickr", src_lang: str = "de", tgt_lang: str = "en", beam: int = 4,
-             weights: str | os.PathLike | None = None) -> dict[str, Any]:
+             weights: str | os.PathLike | None = None, *,
+             device: str | torch.device | None = None) -> dict[str, Any]:
     """Corpus BLEU and chrF (sacrebleu, detokenized; ``zh`` tokenizer for Chinese) of a saved run.
 
     Args:
@@ -267,13 +285,15 @@ def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None
             every pair of the file is scored.
         beam: beam size (4, as the paper decodes); 1 is greedy.
         weights: as :func:`load_run`'s (e.g. ``"average.safetensors"``); default the last weights.
+        device: where the model runs, as :func:`load_run`'s (``None``: a GPU when there is one, else the CPU).
 
     Returns:
         ``{"bleu", "chrf", "signature", "n", "exact_match"}``.
     """
     from aiayn.evaluation import corpus_scores, exact_match
 
+    devices.resolve(device)  # a device the machine lacks is refused before the corpus is read (or downloaded)
     pairs = read_corpus(data, data_dir, split, src_lang, tgt_lang)
-    hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights)
+    hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights, device=device)
     refs = [t for _, t in pairs]
     return {**corpus_scores(hyps, refs, tgt_lang), "exact_match": exact_match(hyps, refs)}

@@ -52,14 +52,17 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init(fsdp: bool = False) -> None:
+def init(fsdp: bool = False, device: str | None = None) -> None:
     """Join the process group ``torchrun`` describes in the environment, once; nothing for one process.
     ``fsdp``: models given to :class:`aiayn.training.session.Session` are sharded over the ranks
-    (:func:`shard_model`)."""
+    (:func:`shard_model`). ``device``: where the ranks train (:func:`aiayn.training.device.resolve`'s names;
+    default auto): NCCL, each rank on ``cuda:LOCAL_RANK``, for CUDA; gloo otherwise."""
     global _FSDP
     _FSDP = fsdp
     if launched() and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        from aiayn.training.device import resolve
+
+        backend = "nccl" if resolve(device).type == "cuda" else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)

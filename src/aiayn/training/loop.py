@@ -12,6 +12,16 @@ all of them, and rank 0 alone shows progress. ``callback`` and ``save`` run on e
 FSDP validating and gathering a checkpoint need them all; they write through functions that let rank 0
 alone write (:func:`aiayn.save`, :func:`aiayn.training.save_train_state`). A signal seen by any rank
 stops every rank after the same update.
+
+Batches go to the model's device (:func:`aiayn.training.device.move`); nothing is copied on the CPU. The
+numbers an update reports are read from the device once, after its last batch, so the host does not wait
+for the device batch by batch.
+
+Under ``autocast="fp16"`` the loss is multiplied by a scale before the backward pass, so that small
+gradients survive fp16's narrow range, and the gradients are divided by it again before they are divided
+by the tokens and clipped. An update whose gradients overflow is skipped (its record says ``skipped: 1``)
+and the scale halved; every 2,000 good updates it doubles (:class:`torch.amp.GradScaler`). bf16 has
+fp32's range and needs none of this.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,10 +39,13 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from aiayn.training import distributed
+from aiayn.training import device, distributed
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, Tensor, int]]
-AUTOCAST = {None: None, "bf16": torch.bfloat16}
+AUTOCAST = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# fp16 updates whose gradients still overflow once the loss scale has been halved this low are not an
+# overflow but a diverged run (fairseq's --min-loss-scale): stop as fp32 does.
+MIN_SCALE = 1e-4
 
 
 @contextlib.contextmanager
@@ -73,6 +87,7 @@ def fit(
     save: Callable[[int, list[dict[str, float]]], None] | None = None,
     save_every: int = 0,
     autocast: str | None = None,
+    scaler: torch.amp.GradScaler | None = None,
     compile: bool = False,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``steps`` updates on ``batches``.
@@ -89,24 +104,39 @@ def fit(
         save: ``save(step, history)`` every ``save_every`` updates, after the last one, and when the
             run is interrupted (after finishing the update under way); it writes what resuming needs
             (called on every rank).
-        autocast: ``"bf16"`` runs forward and loss under ``torch.autocast`` (bf16 needs no loss
-            scaling); ``None`` is full fp32. On CPUs without bf16 units it is far slower; measure first.
+        autocast: ``"bf16"`` or ``"fp16"`` runs forward and loss under ``torch.autocast`` (the weights,
+            gradients and loss stay fp32); ``None`` is full fp32. bf16 needs no loss scaling; fp16 scales
+            the loss and skips the updates whose gradients overflow (see the module's docstring). On CPUs
+            without bf16 or fp16 units they are far slower; measure first.
+        scaler: fp16's loss scaler, whose scale carries from update to update; ``None`` makes a fresh one.
+            Pass one to keep the scale across calls and save it (:class:`aiayn.training.session.Session`
+            does). Only with ``autocast="fp16"``.
         compile: train through ``torch.compile(model)`` (the first updates wait for the compiler; on this
             project's 2-core CPU it did not pay, so it is an option, not the default).
 
     Returns:
-        One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``.
+        One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``;
+        under fp16 also ``skipped``, 1 for an update skipped because its gradients overflowed, else 0.
 
     Raises:
-        FloatingPointError: the loss or the gradient norm became NaN or infinite: the run stops before
-            that update, nothing is saved over the last good state, and the message names the step.
+        FloatingPointError: the loss or the gradient norm became NaN or infinite (under fp16: the loss,
+            or the gradients even at a loss scale below ``MIN_SCALE``): the run stops before that
+            update, nothing is saved over the last good state, and the message names the step.
         KeyboardInterrupt: SIGINT or SIGTERM, after ``save``.
     """
     if accum < 1:
         raise ValueError(f"accum={accum} must be >= 1")
     if autocast not in AUTOCAST:
         raise ValueError(f"autocast={autocast!r} must be one of {list(AUTOCAST)}")
-    device = next(model.parameters()).device.type
+    where = device.of(model)
+    if autocast == "fp16":
+        if distributed.is_sharded(model):  # each rank would test only its shard of the gradients for overflow
+            raise ValueError("autocast='fp16' cannot train a model sharded by FSDP here; use autocast='bf16'")
+        scaler = torch.amp.GradScaler(where.type) if scaler is None else scaler
+        if not scaler.is_enabled():
+            raise ValueError(f"scaler is disabled (made for a device this machine lacks?); the model is on {where}")
+    elif scaler is not None:
+        raise ValueError(f"scaler is for autocast='fp16' only, not autocast={autocast!r}")
     model.train()
     history = list(history or [])
     params = [p for p in model.parameters() if p.requires_grad]
@@ -124,14 +154,15 @@ def fit(
         for step in bar:
             try:
                 stop = _update(engine, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history,
-                               t0, device, AUTOCAST[autocast], interrupted)
+                               t0, where, AUTOCAST[autocast], scaler, interrupted)
             except FloatingPointError as e:
                 bar.close()
                 last = "nothing was saved" if saved is None else f"the state saved after step {saved} is intact"
                 raise FloatingPointError(f"{e}; {last} (lower the learning rate or clip harder)") from None
             if step % 10 == 0 or step == steps:
+                skipped = {"skipped": skipped_updates(history)} if scaler is not None else {}
                 bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{history[-1]['lr']:.2e}",
-                                tok_s=f"{_tokens_per_second(history):,.0f}")
+                                tok_s=f"{_tokens_per_second(history):,.0f}", **skipped)
             if callback is not None and ((every and step % every == 0) or step == steps):
                 callback(step, history)
                 model.train()
@@ -148,28 +179,33 @@ def fit(
     return history
 
 
-def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, device, dtype,
-            interrupted) -> bool:
+def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, where, dtype,
+            scaler, interrupted) -> bool:
     """One optimizer update over ``accum`` batches (on every rank); appends its record to ``history``.
 
     Returns whether a signal (to any rank) asks to stop after this update.
     """
     optimizer.zero_grad(set_to_none=True)
+    sums: list[Tensor] = []  # each batch's loss_sum and nll_sum, left on the device until the update is done
     n_total: float  # a count; all_sum below hands it back as a float
-    loss_total, nll_total, n_total = 0.0, 0.0, 0
+    n_total = 0
     for i in range(accum):
         # several ranks: gradients are averaged over them once, after the last batch
         with contextlib.nullcontext() if i == accum - 1 else distributed.accumulating(model):
-            with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                loss_sum, nll_sum, n = loss_fn(model, next(batches))
-            loss_sum.backward()  # summed, not averaged: divided by all tokens of the update below
-        loss_total, nll_total, n_total = loss_total + loss_sum.item(), nll_total + nll_sum.item(), n_total + n
+            with torch.autocast(where.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                loss_sum, nll_sum, n = loss_fn(model, device.move(next(batches), where))
+            # summed, not averaged: divided by all tokens of the update below
+            (loss_sum if scaler is None else scaler.scale(loss_sum)).backward()
+        sums += [loss_sum.detach().reshape(()), nll_sum.detach().reshape(())]
+        n_total += n
     signalled: float = len(interrupted)  # a float after all_sum, as n_total
-    if distributed.active():  # the whole update's numbers, the same on every rank
+    if distributed.active():  # the whole update's numbers, the same on every rank, before dividing by the tokens
+        loss_total, nll_total = _sum_pairs(_read(sums))
         loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, n_total, signalled])
         n_total = int(n_total)
-    if not math.isfinite(loss_total):
-        raise FloatingPointError(f"the loss is {loss_total} at step {step}; stopping before the update")
+        _check_loss(loss_total, step)
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # back to the true gradients before they are divided, clipped and measured
     ranks = distributed.world_size()  # DDP's and FSDP's gradients: the mean over ranks of each rank's sum
     for p in params:
         if p.grad is not None:
@@ -177,15 +213,57 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     norm = distributed.full(nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
     if clip is not None:
         nn.utils.clip_grads_with_norm_(params, clip, norm)
-    if not math.isfinite(norm):
-        raise FloatingPointError(f"the gradient norm is {float(norm)} at step {step}; stopping before the update")
+    if distributed.active():
+        norm_value = float(norm)
+    else:  # one process: the losses and the norm come in the update's one wait for the device
+        *values, norm_value = _read([*sums, norm])
+        loss_total, nll_total = _sum_pairs(values)
+        _check_loss(loss_total, step)
+    skipped = not math.isfinite(norm_value)
+    if skipped and scaler is None:
+        raise FloatingPointError(f"the gradient norm is {norm_value} at step {step}; stopping before the update")
     lr = optimizer.param_groups[0]["lr"]
-    optimizer.step()
-    if scheduler is not None:
+    if not skipped:
+        optimizer.step()
+    if scaler is not None:
+        scaler.update()  # halves the scale after an overflow (the update skipped above), grows it after many good ones
+        if skipped and scaler.get_scale() < MIN_SCALE:
+            raise FloatingPointError(f"the gradient norm is {norm_value} at step {step} with the fp16 loss scale "
+                                     f"down to {scaler.get_scale():.3g}; stopping before the update")
+    if scheduler is not None and skipped:  # the schedule moves on all the same: the rate follows the step
+        with warnings.catch_warnings():  # skipping the first update is not the misordered loop torch warns of
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before")
+            scheduler.step()
+    elif scheduler is not None:
         scheduler.step()
-    history.append({"step": step, "loss": loss_total / max(n_total, 1), "nll": nll_total / max(n_total, 1), "lr": lr,
-                    "tokens": n_total, "seconds": round(time.perf_counter() - t0, 3)})
+    record = {"step": step, "loss": loss_total / max(n_total, 1), "nll": nll_total / max(n_total, 1), "lr": lr,
+              "tokens": n_total}
+    if scaler is not None:
+        record["skipped"] = int(skipped)
+    record["seconds"] = round(time.perf_counter() - t0, 3)
+    history.append(record)
     return signalled > 0
+
+
+def _read(tensors: list[Tensor]) -> list[float]:
+    """The values of 0-dim tensors, copied to the host together (one wait for the device, not one each).
+    ``stack`` promotes to the widest float type, which holds every narrower value exactly."""
+    return torch.stack(tensors).tolist()
+
+
+def _sum_pairs(values: list[float]) -> tuple[float, float]:
+    """``(loss, nll)`` summed over batches from ``[loss_1, nll_1, loss_2, nll_2, ...]``, in batch order."""
+    return sum(values[0::2]), sum(values[1::2])
+
+
+def _check_loss(loss: float, step: int) -> None:
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss} at step {step}; stopping before the update")
+
+
+def skipped_updates(history: list[dict[str, float]]) -> int:
+    """How many of the updates in ``history`` fp16 skipped because their gradients overflowed."""
+    return int(sum(r.get("skipped", 0) for r in history))
 
 
 def _tokens_per_second(history: list[dict[str, float]], window: int = 10) -> float:

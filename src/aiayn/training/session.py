@@ -5,11 +5,11 @@ best weights); ``state.py`` is the format of its resumable state file.
 
     runs/<name>/
       args.json                 the recipe's settings (its ``Config``; ``--resume`` reads them)
-      train_state.safetensors   weights, optimizer, schedule, data position, random state
+      train_state.safetensors   weights, optimizer, schedule, fp16 loss scale, data position, random state
       model.safetensors         the final weights and config (``aiayn.load``)
       best.safetensors          the weights with the lowest validation loss so far
       validation.json           one record per validation
-      history.csv               one row per update: loss, learning rate, tokens, seconds
+      history.csv               one row per update: loss, learning rate, tokens, (fp16: skipped,) seconds
       .lock                     the process id of the run training in the folder
 """
 
@@ -22,11 +22,12 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
+import torch
 from torch import nn
 
 import aiayn
 from aiayn.io import write_json, write_text
-from aiayn.training import distributed, fit, load_train_state, save_train_state
+from aiayn.training import device, distributed, fit, load_train_state, save_train_state
 from aiayn.training.checkpoint import from_tensors, unique_tensors
 
 
@@ -68,8 +69,13 @@ def read_args(run: str | os.PathLike) -> dict[str, Any]:
 
 
 def to_csv(history: list[dict[str, float]]) -> str:
+    """``history`` as CSV, one column per key of any record; a key some records lack (``skipped``, from a run
+    that went on in fp16 after fp32 updates) reads 0 in their rows."""
+    fields = list(dict.fromkeys(k for record in history for k in record))
+    if "seconds" in fields:  # last, as before fp16 added a column
+        fields.append(fields.pop(fields.index("seconds")))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(history[0]))
+    writer = csv.DictWriter(buf, fieldnames=fields, restval=0)
     writer.writeheader()
     writer.writerows(history)
     return buf.getvalue()
@@ -127,13 +133,18 @@ class Session:
         folder: the run folder.
         model, optimizer, scheduler: what the state holds.
         accum: batches per update on each rank.
+        scaler: fp16's loss scaler; ``None``: one is made by the first ``fit(autocast="fp16")``, or by
+            :meth:`restore` from a state that holds one.
 
     Attributes:
         position: batches of the whole stream consumed so far (by all ranks): where the data resumes.
+        scaler: the loss scaler that fp16 training uses and the state keeps, or ``None`` (fp32, bf16).
     """
 
-    def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1) -> None:
+    def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1,
+                 scaler: torch.amp.GradScaler | None = None) -> None:
         self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
+        self.scaler = scaler
         self.validation: list[dict[str, float]] = []
         self.position = 0
         self._restored = (0, 0)  # (step, position) the run started from
@@ -151,8 +162,12 @@ class Session:
             unlock(self.folder)
 
     def restore(self) -> tuple[int, list[dict[str, float]]]:
-        """Load the saved state into model, optimizer, scheduler and the generator: ``(step, history)``."""
-        state = load_train_state(self.folder, self.model, self.optimizer, self.scheduler)
+        """Load the saved state into model, optimizer, scheduler, the generator and the fp16 loss scaler (a
+        state without one leaves :attr:`scaler` as it is): ``(step, history)``."""
+        state = load_train_state(self.folder, self.model, self.optimizer, self.scheduler, self.scaler)
+        if state["scaler"] is not None and self.scaler is None:
+            self.scaler = self._new_scaler()
+            self.scaler.load_state_dict(state["scaler"])
         self.validation = state["extra"]["validation"]
         self.position = state["batches"]
         self._restored = (state["step"], state["batches"])
@@ -168,9 +183,16 @@ class Session:
         """:func:`aiayn.training.fit` of this run's model, optimizer and schedule up to update ``steps``, from
         where :meth:`restore` or the last ``fit`` left it, saving into the folder; ``batches`` must continue
         the stream the last ``fit`` read. A Ctrl-C says how to resume; the folder is unlocked when training
-        ends (``unlock=False``: more ``fit`` follows). ``options``: the rest of ``fit``'s arguments.
+        ends (``unlock=False``: more ``fit`` follows). ``options``: the rest of ``fit``'s arguments but
+        ``scaler``: under ``autocast="fp16"`` the session's own (:attr:`scaler`), which it saves.
         """
         try:
+            if "scaler" in options:
+                raise TypeError("Session.fit takes no scaler=: give it to Session(scaler=), which saves it")
+            if options.get("autocast") == "fp16":
+                if self.scaler is None:
+                    self.scaler = self._new_scaler()
+                options["scaler"] = self.scaler
             self._history = fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler,
                                 accum=self.accum, start=self.step, history=self._history, save=self.save, **options)
             return self._history
@@ -191,9 +213,13 @@ class Session:
         done, position = self._restored
         save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step,
                          position + (step - done) * self.per_update,
-                         {"history": history, "validation": self.validation, "batches_per_update": self.per_update})
+                         {"history": history, "validation": self.validation, "batches_per_update": self.per_update},
+                         scaler=self.scaler)
         if distributed.is_main():
             write_text(self.folder / "history.csv", to_csv(history))
+
+    def _new_scaler(self) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler(device.of(self.model).type)
 
     def record(self, record: dict[str, float]) -> None:
         """Add a validation record; keep ``best.safetensors`` when its ``val_loss`` is the lowest yet (every

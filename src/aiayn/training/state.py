@@ -5,7 +5,9 @@
       optim/<i>/<key>       the optimizer's per-parameter tensors (Adam: step, exp_avg, exp_avg_sq)
       rng/torch             the CPU generator (dropout), as it is at the start of the next update
       metadata              JSON: step, batches consumed, optimizer param groups and scalars,
-                            scheduler state, and whatever the caller keeps (history, validations)
+                            scheduler state, fp16's loss scaler (scale, growth tracker; null when
+                            none, as in files from before it was saved), and whatever the caller
+                            keeps (history, validations)
 
 One file, written atomically, so weights, optimizer and data position can never disagree after a
 crash; safetensors, so loading never runs code from the file. Resuming from it reproduces the
@@ -45,6 +47,7 @@ def save_train_state(
     step: int,
     batches: int,
     extra: dict[str, Any] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> Path:
     """Write the state after ``step`` updates and ``batches`` batches, atomically.
 
@@ -54,6 +57,7 @@ def save_train_state(
     Args:
         path: a file, or a run folder that gets ``train_state.safetensors``.
         extra: JSON-serialisable data to keep with it (history, validation records).
+        scaler: fp16's loss scaler, whose scale and growth tracker are kept (a few numbers).
     """
     path = Path(path)
     file = path / STATE if path.is_dir() else path
@@ -79,6 +83,7 @@ def save_train_state(
         "param_groups": opt["param_groups"],
         "optim_scalars": scalars,
         "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None and scaler.is_enabled() else None,
         "extra": extra or {},
     }
     metadata = {_META: json.dumps(meta), "aiayn_sha256": digest(tensors)}
@@ -98,13 +103,16 @@ def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_train_state(
-    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None
+    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and the torch generator from ``path``. A model sharded by FSDP
-    takes its shard of each weight (every rank reads the file).
+    """Restore model, optimizer, scheduler, the torch generator and ``scaler`` (when the file holds a
+    scaler's state; when not, ``scaler`` stays as it is) from ``path``. A model sharded by FSDP takes its
+    shard of each weight (every rank reads the file).
 
     Returns:
-        ``{"step", "batches", "extra"}``.
+        ``{"step", "batches", "extra", "scaler"}``; ``scaler``: the saved scaler's state, or ``None`` when
+        the run had none (fp32, bf16, or a file written before scalers were saved).
 
     Raises:
         FileNotFoundError: no state at ``path``.
@@ -149,8 +157,11 @@ def load_train_state(
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     if scheduler is not None and meta["scheduler"] is not None:
         scheduler.load_state_dict(meta["scheduler"])
+    saved_scaler = meta.get("scaler")  # absent from older files: the scaler stays fresh
+    if scaler is not None and saved_scaler is not None:
+        scaler.load_state_dict(saved_scaler)
     torch.set_rng_state(tensors["rng/torch"])
-    return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
+    return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"], "scaler": saved_scaler}
 
 
 __all__ = ["STATE", "load_train_state", "save_train_state", "train_state_info"]

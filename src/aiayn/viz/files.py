@@ -15,50 +15,70 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 WHATS = ("positional", "masks", "schedule", "smoothing", "complexity", "attention", "history", "all")
 
 
 def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike,
-                       target: str | None = None) -> list[Path]:
+                       target: str | None = None, *, device: str | torch.device | None = None) -> list[Path]:
     """Every layer and head of encoder self-, decoder self- and encoder-decoder attention of the model in ``run``
     (a folder of ``aiayn train``) reading ``text`` and producing ``target`` (default: its own greedy
-    translation); the tokens on the axes."""
+    translation); the tokens on the axes.
+
+    Args:
+        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
+            (a GPU when there is one, else the CPU).
+
+    Raises:
+        ValueError: ``device`` names no device of this machine.
+    """
     from aiayn.data import seq2seq_batch
     from aiayn.recipes.translation import load_run, translate_texts
+    from aiayn.training import device as devices
     from aiayn.viz import plot_model_attention
 
-    model, src_tok, tgt_tok = load_run(run)
+    model, src_tok, tgt_tok = load_run(run, device=device)
     hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target
-    src, tgt_in, _ = seq2seq_batch([(text, hyp)], src_tok, tgt_tok)  # (1, S), (1, T)
+    src, tgt_in, _ = devices.move(seq2seq_batch([(text, hyp)], src_tok, tgt_tok), devices.of(model))  # (1, S), (1, T)
     keys = src_tok.tokens(text) + ["</s>"]
     queries = ["<s>"] + tgt_tok.tokens(hyp)
     return plot_model_attention(model, src, tgt_in, keys, queries, out, title=f"{text!r} -> {hyp!r}")
 
 
-def attention_page(run: str | os.PathLike, text: str, path: str | os.PathLike, target: str | None = None) -> Path:
+def attention_page(run: str | os.PathLike, text: str, path: str | os.PathLike, target: str | None = None, *,
+                   device: str | torch.device | None = None) -> Path:
     """The interactive viewer (:func:`aiayn.viz.attention_html`) of the same three kinds of attention as
-    :func:`attention_pictures`, as one self-contained HTML file."""
+    :func:`attention_pictures`, as one self-contained HTML file.
+
+    Args:
+        device: where the model runs, as :func:`attention_pictures`'s (``None``: a GPU when there is one, else
+            the CPU).
+    """
     from aiayn.data import seq2seq_batch
     from aiayn.recipes.translation import load_run, translate_texts
+    from aiayn.training import device as devices
     from aiayn.viz import attention_weights
     from aiayn.viz.html import attention_html
 
-    model, src_tok, tgt_tok = load_run(run)
+    model, src_tok, tgt_tok = load_run(run, device=device)
     hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target
-    src, tgt_in, _ = seq2seq_batch([(text, hyp)], src_tok, tgt_tok)  # (1, S), (1, T)
+    src, tgt_in, _ = devices.move(seq2seq_batch([(text, hyp)], src_tok, tgt_tok), devices.of(model))  # (1, S), (1, T)
     keys = src_tok.tokens(text) + ["</s>"]
     queries = ["<s>"] + tgt_tok.tokens(hyp)
     axes = {"encoder self-attention": (keys, keys), "decoder self-attention": (queries, queries),
             "encoder-decoder attention": (queries, keys)}
-    kinds = attention_weights(model, lambda: model(src, tgt_in))
+    kinds = devices.move(attention_weights(model, lambda: model(src, tgt_in)), "cpu")  # read number by number
     return attention_html(kinds, {k: axes[k] for k in kinds}, path, title=f"{text} -> {hyp}")
 
 
 def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None = None, text: str | None = None,
         d_model: int = 128, positions: int = 100, sides: Sequence[int] = (14, 28, 42, 56), channels: int = 96,
         heads: int = 3, window: int = 7, repeats: int = 3, target: str | None = None,
-        html: str | os.PathLike | None = None) -> list[Path]:
+        html: str | os.PathLike | None = None, device: str | torch.device | None = None) -> list[Path]:
     """Write the pictures ``what`` asks for (module docstring) into the folder ``out``; return their paths.
 
     Args:
@@ -68,6 +88,8 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         text: the source sentence whose attention to draw (``attention``).
         target: the translation to draw it for (``attention``; default the model's greedy one).
         html: also write the interactive viewer of that attention to this HTML file (``attention``).
+        device: where the run's model runs (``attention``): ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or
+            ``None`` / ``"auto"`` (a GPU when there is one, else the CPU).
         d_model, positions: size of the positional-encoding picture.
         sides, channels, heads, window, repeats: the maps, layer and timing of ``complexity``.
     """
@@ -112,9 +134,9 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         paths.append(plot_history(run, name["history"]))
     if what == "attention" or (what == "all" and run is not None and text is not None):
         assert run is not None and text is not None  # refused above otherwise
-        paths.extend(attention_pictures(run, text, out, target))
+        paths.extend(attention_pictures(run, text, out, target, device=device))
         if html is not None:
-            paths.append(attention_page(run, text, html, target))
+            paths.append(attention_page(run, text, html, target, device=device))
     return paths
 
 
