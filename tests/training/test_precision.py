@@ -275,3 +275,46 @@ def test_the_numbers_an_update_reports_are_those_read_batch_by_batch():
     history = fit(model, iter(batches), 1, torch.optim.SGD(model.parameters(), lr=0.01), squared_error, accum=4,
                   progress=False)
     assert history[0]["loss"] == expected_loss / 32 and history[0]["nll"] == expected_nll / 32
+
+
+def counted_on_the_device(model, batch):
+    """``squared_error`` with its count as a tensor, as ``label_smoothed_loss`` hands it back on a GPU."""
+    loss, nll, n = squared_error(model, batch)
+    return loss, nll, torch.tensor(n)
+
+
+def test_a_token_count_kept_on_the_device_is_read_with_the_losses_and_trains_the_same(monkeypatch):
+    """A loss may count its tokens on the device (reading the count per batch would wait for it): the update
+    divides by the tensor and reads it with the losses and the norm, once, to the same weights and records."""
+    runs = {}
+    for loss_fn in (squared_error, counted_on_the_device):
+        model = linear()
+        history = fit(model, regression(), 3, torch.optim.SGD(model.parameters(), lr=0.01), loss_fn, accum=4,
+                      progress=False)
+        runs[loss_fn.__name__] = (model.weight.detach().clone(), [{**r, "seconds": 0} for r in history])
+    (w_int, h_int), (w_tensor, h_tensor) = runs.values()
+    assert torch.equal(w_int, w_tensor) and h_int == h_tensor and h_tensor[0]["tokens"] == 32
+
+    reads = []
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, _name=name, **kwargs):
+            reads.append(_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    model = linear()
+    fit(model, regression(), 2, torch.optim.SGD(model.parameters(), lr=0.01), counted_on_the_device, accum=4,
+        progress=False)
+    monkeypatch.undo()
+    assert reads == ["tolist"] * 2
+
+
+def test_label_smoothed_loss_counts_on_the_device_without_reading_it():
+    """On the meta device any read raises: off the CPU the token count stays a tensor."""
+    logits, target = torch.zeros(2, 5, 7, device="meta"), torch.zeros(2, 5, dtype=torch.long, device="meta")
+    _, _, n = label_smoothed_loss(logits, target, pad_id=0)
+    assert isinstance(n, torch.Tensor) and n.device.type == "meta"
+    _, _, n = label_smoothed_loss(torch.randn(2, 5, 7), torch.randint(1, 7, (2, 5)), pad_id=0)
+    assert n == 10 and isinstance(n, int)

@@ -170,7 +170,7 @@ class Denoising(Recipe):
         loss = nll = n = 0
         for batch in self.eval_batches:
             l_, nll_, n_ = self.loss(model, devices.move(batch, where))
-            loss, nll, n = loss + l_.item(), nll + nll_.item(), n + n_
+            loss, nll, n = loss + l_.item(), nll + nll_.item(), n + int(n_)
         return {"val_loss": loss / n, "val_nll": nll / n}
 
     def describe(self, record: dict[str, float]) -> str:

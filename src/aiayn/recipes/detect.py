@@ -37,13 +37,16 @@ from aiayn.training import warmup_cosine
 from aiayn.training.session import read_args
 
 
-def collate_on(samples: list, where: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """:func:`~aiayn.data.detection.collate`'s ``(images, pixel mask, targets)`` on the device ``where``. The
-    pixels are gathered through numpy, so samples already on another device (``fit`` moves a training batch to
-    the model's) come back to the CPU first; on the CPU nothing is copied."""
-    if any(image.device.type != "cpu" for image, _ in samples):
-        samples = devices.move(samples, "cpu")
-    return devices.move(collate(samples), where)
+def collate_on(samples: list, where: torch.device | str) -> tuple[torch.Tensor, torch.Tensor | None, list]:
+    """:func:`collated`'s ``(images, pixel mask or None, targets)``, on the device ``where``."""
+    return devices.move(collated(samples), where)
+
+
+def collated(samples: list) -> tuple[torch.Tensor, torch.Tensor | None, list]:
+    """A training batch as the model reads it, made on the CPU before it moves: ``(images, pixel mask,
+    targets)``, the mask ``None`` when every pixel is real (decided here, where reading it costs no stall)."""
+    images, mask, targets = collate(samples)
+    return images, None if bool(mask.all()) else mask, targets
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -129,13 +132,14 @@ class Detection(Recipe):
     def batches(self, start: int):
         cfg = self.cfg
         if cfg.data is None:
-            return shape_batches(cfg.batch_size, cfg.seed, cfg.image_size, cfg.max_objects, start=start)
-        return voc_batches(self.train_set, cfg.batch_size, cfg.seed, start=start)
+            samples = shape_batches(cfg.batch_size, cfg.seed, cfg.image_size, cfg.max_objects, start=start)
+        else:
+            samples = voc_batches(self.train_set, cfg.batch_size, cfg.seed, start=start)
+        return map(collated, samples)
 
-    def loss(self, model, samples):
-        where = devices.of(model)
-        images, mask, targets = collate_on(samples, where)
-        losses = self.criterion.to(where)(model(images, None if bool(mask.all()) else mask), targets)
+    def loss(self, model, batch):
+        images, mask, targets = batch  # on the model's device: fit moves it there
+        losses = self.criterion.to(devices.of(model))(model(images, mask), targets)
         b = images.size(0)  # fit divides by the images of the update: the loss is the mean per batch
         return losses["loss"] * b, losses["ce"].detach() * b, b
 
@@ -175,7 +179,7 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
     for i in range(0, len(samples), batch_size):
         batch = samples[i : i + batch_size]
         images, mask, targets = collate_on(batch, where)
-        outputs = model(images, None if bool(mask.all()) else mask)
+        outputs = model(images, mask)
         loss, batches = loss + float(criterion(outputs, targets)["loss"]), batches + 1
         last = devices.move({"logits": outputs["logits"], "boxes": outputs["boxes"]}, "cpu")  # the last layer's
         detections += postprocess(last)  # boxes relative to each image: IoU does not mind the scale
@@ -274,5 +278,5 @@ def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str
     return {**evaluate_detr(model, samples), "n": len(samples)}
 
 
-__all__ = ["Config", "Detection", "collate_on", "detect", "evaluate_detr", "evaluate_voc", "param_groups",
+__all__ = ["Config", "Detection", "collate_on", "collated", "detect", "evaluate_detr", "evaluate_voc", "param_groups",
            "voc_batches"]

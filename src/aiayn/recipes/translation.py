@@ -163,7 +163,7 @@ class Translation(Recipe):
         loss = nll = n = 0
         for batch in batches_once(self.held_out, self.cfg.max_tokens, self.mcfg):
             l_, nll_, n_ = self.loss(model, devices.move(batch, where))
-            loss, nll, n = loss + l_.item(), nll + nll_.item(), n + n_
+            loss, nll, n = loss + l_.item(), nll + nll_.item(), n + int(n_)
         record = {"val_loss": loss / n, "val_nll": nll / n}
         if not self.cfg.made_up:  # BLEU on a corpus; made-up pairs are scored by exact match at the end
             hyps = translate_texts(model, self.src_tok, self.tgt_tok, [s for s, _ in self.test_pairs])

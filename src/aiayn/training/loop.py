@@ -187,8 +187,7 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     """
     optimizer.zero_grad(set_to_none=True)
     sums: list[Tensor] = []  # each batch's loss_sum and nll_sum, left on the device until the update is done
-    n_total: float  # a count; all_sum below hands it back as a float
-    n_total = 0
+    n_total: Any = 0  # the tokens: an int, or a 0-dim tensor while a loss counts them on the device
     for i in range(accum):
         # several ranks: gradients are averaged over them once, after the last batch
         with contextlib.nullcontext() if i == accum - 1 else distributed.accumulating(model):
@@ -201,22 +200,28 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     signalled: float = len(interrupted)  # a float after all_sum, as n_total
     if distributed.active():  # the whole update's numbers, the same on every rank, before dividing by the tokens
         loss_total, nll_total = _sum_pairs(_read(sums))
-        loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, n_total, signalled])
+        loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, float(n_total),
+                                                                         signalled])
         n_total = int(n_total)
         _check_loss(loss_total, step)
     if scaler is not None:
         scaler.unscale_(optimizer)  # back to the true gradients before they are divided, clipped and measured
     ranks = distributed.world_size()  # DDP's and FSDP's gradients: the mean over ranks of each rank's sum
+    tokens = n_total.clamp(min=1) if isinstance(n_total, Tensor) else max(n_total, 1)  # no read of a tensor
     for p in params:
         if p.grad is not None:
-            p.grad.div_(max(n_total, 1) / ranks if ranks > 1 else max(n_total, 1))
+            p.grad.div_(tokens / ranks if ranks > 1 else tokens)
     norm = distributed.full(nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
     if clip is not None:
         nn.utils.clip_grads_with_norm_(params, clip, norm)
     if distributed.active():
         norm_value = float(norm)
-    else:  # one process: the losses and the norm come in the update's one wait for the device
-        *values, norm_value = _read([*sums, norm])
+    else:  # one process: the losses, the norm (and a token count kept on the device) in one wait for it
+        counted = isinstance(n_total, Tensor)
+        *values, norm_value = _read([*sums, *([n_total.to(norm.dtype)] if counted else []), norm])
+        if counted:
+            *values, tokens_read = values
+            n_total = round(tokens_read)
         loss_total, nll_total = _sum_pairs(values)
         _check_loss(loss_total, step)
     skipped = not math.isfinite(norm_value)

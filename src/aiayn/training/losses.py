@@ -57,7 +57,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int,
-                        epsilon: float = 0.1) -> tuple[Tensor, Tensor, int]:
+                        epsilon: float = 0.1) -> tuple[Tensor, Tensor, int | Tensor]:
     """Cross-entropy against the smoothed distribution, summed over non-padding positions.
 
     Args:
@@ -69,7 +69,8 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int,
     Returns:
         ``(loss_sum, nll_sum, n_tokens)``: the smoothed loss and the plain negative log-likelihood,
         both summed over the ``n_tokens`` non-padding positions (divide to average; ``nll`` gives
-        perplexity).
+        perplexity). ``n_tokens`` is an ``int`` on the CPU and a 0-dim tensor on an accelerator, where
+        reading it would wait for the device every batch (:func:`aiayn.training.fit` takes either).
     """
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"epsilon={epsilon} must be in [0, 1)")
@@ -81,7 +82,8 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int,
     if z.dtype in (torch.float16, torch.bfloat16):
         z = z.float()  # the softmax over a large vocabulary in fp32
     loss, nll = _SmoothedCrossEntropy.apply(z, target, keep.to(z.dtype), pad_id, epsilon)
-    return loss, nll.detach(), int(keep.sum())
+    n = keep.sum()
+    return loss, nll.detach(), int(n) if n.device.type == "cpu" else n
 
 
 __all__ = ["label_smoothed_loss"]
