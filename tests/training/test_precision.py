@@ -242,10 +242,9 @@ def test_batches_go_to_the_model_s_device_and_on_the_cpu_are_not_copied(monkeypa
     assert all(s[0] is g[0] and s[1] is g[1] for s, g in zip(seen, given))  # the same tensors: no copy
 
 
-@pytest.mark.parametrize("autocast", [None, "fp16"])
-def test_an_update_waits_for_the_device_once_however_many_batches_it_accumulates(monkeypatch, autocast):
-    """The loss sums of the ``accum`` batches and the gradient norm are read together, not one ``.item()``
-    each: on a GPU every read makes the host wait for all the work queued before it."""
+def count_reads(monkeypatch) -> list[str]:
+    """The names of the tensor methods that read a value back to the host, in the order they are called, until
+    ``monkeypatch.undo()``."""
     reads = []
     for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
         method = getattr(torch.Tensor, name)
@@ -255,6 +254,14 @@ def test_an_update_waits_for_the_device_once_however_many_batches_it_accumulates
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
+    return reads
+
+
+@pytest.mark.parametrize("autocast", [None, "fp16"])
+def test_an_update_waits_for_the_device_once_however_many_batches_it_accumulates(monkeypatch, autocast):
+    """The loss sums of the ``accum`` batches and the gradient norm are read together, not one ``.item()``
+    each: on a GPU every read makes the host wait for all the work queued before it."""
+    reads = count_reads(monkeypatch)
     model = linear()
     scaler = torch.amp.GradScaler("cpu", init_scale=64.0) if autocast else None
     history = fit(model, regression(), 3, torch.optim.SGD(model.parameters(), lr=0.01), squared_error, accum=4,
@@ -295,15 +302,7 @@ def test_a_token_count_kept_on_the_device_is_read_with_the_losses_and_trains_the
     (w_int, h_int), (w_tensor, h_tensor) = runs.values()
     assert torch.equal(w_int, w_tensor) and h_int == h_tensor and h_tensor[0]["tokens"] == 32
 
-    reads = []
-    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
-        method = getattr(torch.Tensor, name)
-
-        def counted(self, *args, _method=method, _name=name, **kwargs):
-            reads.append(_name)
-            return _method(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    reads = count_reads(monkeypatch)
     model = linear()
     fit(model, regression(), 2, torch.optim.SGD(model.parameters(), lr=0.01), counted_on_the_device, accum=4,
         progress=False)
