@@ -201,8 +201,7 @@ def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: flo
         image_path: any image Pillow reads.
         threshold: keep detections whose class probability is above this.
         out: the picture to write; default ``<run>/detections/<image name>.png``.
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Returns:
         ``{"detections": [{"label", "name", "score", "box": [x0, y0, x1, y1] in the image's pixels}], "image"}``.
@@ -264,8 +263,7 @@ def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str
     """``{"val_loss", "map50", "map", "map75", "n"}`` of a detection run on a split of a Pascal VOC folder.
 
     Args:
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.

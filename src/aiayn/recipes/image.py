@@ -184,8 +184,7 @@ def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike, *,
     files or a CSV of pixels and labels).
 
     Args:
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.
@@ -253,8 +252,7 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         image_paths: PNG/JPEG files or ``.npy`` arrays.
         top: how many classes to give per image.
         invert: invert grey images (``None``: when their border is light).
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Returns:
         One ``{"path", "top": [{"class", "probability"}, ...]}`` per image, most likely first.

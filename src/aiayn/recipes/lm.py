@@ -174,8 +174,7 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
     """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``).
 
     Args:
-        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.

@@ -224,8 +224,8 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     per line): every consecutive pair, masked as in training with a fixed seed.
 
     Args:
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU). The masking is drawn on the CPU, the same on every device.
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any). The
+            masking is drawn on the CPU, the same on every device.
 
     Raises:
         ValueError: ``device`` names no device of this machine.
@@ -248,8 +248,7 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder.
 
     Args:
-        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.

@@ -241,8 +241,7 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
     Args:
         weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
             (``best.safetensors``, ``average.safetensors``) or a path.
-        device: where the model goes: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.

@@ -30,8 +30,7 @@ def attention_pictures(run: str | os.PathLike, text: str, out: str | os.PathLike
     translation); the tokens on the axes.
 
     Args:
-        device: where the model runs: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or ``None`` / ``"auto"``
-            (a GPU when there is one, else the CPU).
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
 
     Raises:
         ValueError: ``device`` names no device of this machine.
