@@ -6,6 +6,7 @@
     aiayn.count_parameters(model)
     aiayn.save(model, "runs/x"); model = aiayn.load("runs/x")
     model = aiayn.from_hf(hf_model_or_folder)
+    p = aiayn.pipeline("runs/dates", quantize="int8"); p.translate(["..."], beam=4)   # loaded once
 
 The names below are imported on first use (PEP 562), so ``import aiayn`` and ``aiayn --help`` do not wait for
 PyTorch; ``aiayn.layers``, ``aiayn.models`` and the other subpackages import as usual.
@@ -26,10 +27,13 @@ _LAZY = {
     "count_parameters": "aiayn.analysis",
     "save": "aiayn.training.checkpoint",
     "load": "aiayn.training.checkpoint",
+    "pipeline": "aiayn.inference",
+    "Pipeline": "aiayn.inference",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from aiayn.analysis import count_parameters
+    from aiayn.inference import Pipeline, pipeline
     from aiayn.models import build, preset, presets
     from aiayn.training.checkpoint import load, save
 
@@ -61,4 +65,5 @@ def embed(folder_or_run: Any, texts: list[str]) -> Any:
     return run(folder_or_run, texts)
 
 
-__all__ = ["__version__", "build", "count_parameters", "embed", "from_hf", "load", "preset", "presets", "save"]
+__all__ = ["Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load", "pipeline", "preset",
+           "presets", "save"]

@@ -29,8 +29,7 @@ def marian(**overrides):
     return hf
 
 
-@pytest.fixture(scope="module")
-def trained():
+def reverser():
     """A tiny Marian taught for a few seconds to reverse its input, so decoding is not degenerate:
     outputs depend on the source and end at different lengths."""
     threads = torch.get_num_threads()
@@ -49,6 +48,11 @@ def trained():
         opt.step()
     torch.set_num_threads(threads)
     return hf.eval()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return reverser()
 
 
 def batch():

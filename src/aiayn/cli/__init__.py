@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from aiayn import __version__
 from aiayn.viz.files import WHATS
@@ -18,6 +18,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
+INT8_HELP = "int8 weights on the CPU (every Linear and token table; faster, a quarter of the memory)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
     tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     tr.add_argument("--device", default=None, help=DEVICE_HELP)
+    tr.add_argument("--int8", action="store_true", help=INT8_HELP)
     tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
 
     e = sub.add_parser("evaluate", help="score a saved run: BLEU and chrF (translation), perplexity (lm), masked-token "
@@ -49,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--weights", default=None, help="translation: other weights of the run's model than its last, "
                                                    "e.g. average.safetensors or best.safetensors")
     e.add_argument("--device", default=None, help=DEVICE_HELP)
+    e.add_argument("--int8", action="store_true", help=INT8_HELP)
     e.add_argument("--json", action="store_true", help="print the numbers as JSON")
     a = sub.add_parser("average", help="average checkpoints (the paper averages its last 5, section 6.1)")
     a.add_argument("checkpoints", nargs="+", help="checkpoint files or run folders")
@@ -65,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
+    g.add_argument("--int8", action="store_true", help=INT8_HELP)
 
     cv = sub.add_parser("convert", help="a Hugging Face model folder -> an aiayn run folder (weights + tokenizer)")
     cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
@@ -74,18 +78,21 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--model", required=True, help="a Hugging Face BERT folder (e.g. all-MiniLM-L6-v2) or a run")
     em.add_argument("--similarity", action="store_true", help="print the cosine similarities instead")
     em.add_argument("--device", default=None, help=DEVICE_HELP)
+    em.add_argument("--int8", action="store_true", help=INT8_HELP)
     em.add_argument("text", nargs="*", help="sentences; none: read lines from standard input")
 
     cl = sub.add_parser("classify", help="the top classes of image files with a run of `aiayn train --task image`")
     cl.add_argument("--run", required=True, help="run folder of `aiayn train --task image`")
     cl.add_argument("--top", type=int, default=3, help="classes shown per image")
     cl.add_argument("--device", default=None, help=DEVICE_HELP)
+    cl.add_argument("--int8", action="store_true", help=INT8_HELP)
     cl.add_argument("images", nargs="+", help="PNG, JPEG or .npy files")
 
     d = sub.add_parser("detect", help="find objects in an image with a run of `aiayn train --task detect`")
     d.add_argument("--run", required=True, help="run folder of `aiayn train --task detect`")
     d.add_argument("--threshold", type=float, default=0.7, help="keep boxes whose class probability is above this")
     d.add_argument("--device", default=None, help=DEVICE_HELP)
+    d.add_argument("--int8", action="store_true", help=INT8_HELP)
     d.add_argument("--out", default=None, help="picture with the boxes drawn (default RUN/detections/IMAGE.png)")
     d.add_argument("image", help="an image file")
 
@@ -102,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "writes benchmarks/results/*.json and docs/benchmarks.md")
     b.add_argument("cases", nargs="*", metavar="CASE",
                    help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train swin-forward "
-                        "vit-forward scaling (default: all)")
+                        "vit-forward gpt2-generate-ct2 gpt2-generate-ct2-int8 decode-greedy-ct2 decode-greedy-ct2-int8 "
+                        "decode-beam-ct2 decode-beam-ct2-int8 scaling (default: all; the -ct2 cases, against "
+                        "CTranslate2, need pip install \"aiayn[bench]\")")
     b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
     b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
     b.add_argument("--rounds", type=int, default=None,
@@ -133,6 +142,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_on(args: argparse.Namespace) -> dict[str, Any]:
+    """``device`` and ``quantize`` of a command that runs a saved model."""
+    return {"device": args.device, "quantize": "int8" if args.int8 else None}
+
+
 def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str) -> None:
     for name in names:
         if getattr(args, name) <= 0:
@@ -156,19 +170,19 @@ def main(argv: list[str] | None = None) -> int:
 
             _positive(parser, args, "beam")
             if args.text:
-                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam, device=args.device)):
+                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam, **_run_on(args))):
                     print(f"{src} -> {hyp}")
             else:  # a filter: one translation per input line, in order
                 lines = [line.rstrip("\n") for line in sys.stdin]
-                for hyp in translate(args.run, lines, beam=args.beam, device=args.device):
+                for hyp in translate(args.run, lines, beam=args.beam, **_run_on(args)):
                     print(hyp)
         elif args.command == "evaluate":
             from aiayn.recipes.evaluate import evaluate
 
             if args.beam is not None:
                 _positive(parser, args, "beam")
-            options = {k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
-                                                     "weights", "device")}
+            options = {**{k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
+                                                        "weights")}, **_run_on(args)}
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
@@ -176,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
             _positive(parser, args, "max_new_tokens")
             print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
-                                  args.top_p, args.stop, args.seed, device=args.device))
+                                  args.top_p, args.stop, args.seed, **_run_on(args)))
         elif args.command == "convert":
             from aiayn.convert.folder import convert
 
@@ -189,18 +203,18 @@ def main(argv: list[str] | None = None) -> int:
 
             if not 0 <= args.threshold < 1:
                 parser.error(f"--threshold must be in [0, 1), got {args.threshold}")
-            detect(args.run, args.image, args.threshold, args.out, device=args.device)
+            detect(args.run, args.image, args.threshold, args.out, **_run_on(args))
         elif args.command == "classify":
             from aiayn.recipes.image import classify
 
             _positive(parser, args, "top")
-            for r in classify(args.run, args.images, top=args.top, device=args.device):
+            for r in classify(args.run, args.images, top=args.top, **_run_on(args)):
                 print(f"{r['path']}: " + ", ".join(f"{t['class']} ({t['probability']:.1%})" for t in r["top"]))
         elif args.command == "embed":
             from aiayn.recipes.mlm import embed
 
             texts = args.text or [line.rstrip("\n") for line in sys.stdin]
-            vectors = embed(args.model, texts, device=args.device)
+            vectors = embed(args.model, texts, **_run_on(args))
             rows = (vectors @ vectors.T) if args.similarity else vectors
             for row in rows.tolist():
                 print(json.dumps([round(v, 6) for v in row]))

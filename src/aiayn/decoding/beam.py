@@ -26,12 +26,15 @@ Shapes: B batch, K beams, V target vocabulary, S source length, C d_model, t tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from aiayn.decoding.greedy import EncoderDecoder, check_src
+from aiayn.decoding.sampling import CachingModel, check_prompts
+from aiayn.layers.embedding import check_ids
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -52,86 +55,56 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
 
-@torch.no_grad()
-def beam_search(
-    model: nn.Module,
-    src: Tensor,
-    beam: int = 4,
-    length_penalty: float = 0.6,
-    max_len: int | None = None,
-    use_cache: bool = True,
-    return_scores: bool = False,
-    normalize: str = "gnmt",
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence.
+STOPS = ("never", False, True)
 
-    Args:
-        beam: hypotheses kept per sentence, ``K`` (4 in section 6.1); ``beam=1`` with ``length_penalty=0``
-            is greedy decoding.
-        length_penalty: GNMT's ``alpha`` (0.6 in section 6.1); 0 ranks by summed log-probability.
-        max_len: most tokens to produce; default ``S + 50`` (section 6.1).
-        use_cache: reuse keys/values of earlier steps; ``False`` recomputes the whole prefix each step
-            (same result, slower).
-        return_scores: also return the summed log-probabilities (not length-normalised) of the hypotheses.
-        normalize: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, the paper's choice) or ``"length"``
-            (``len ** alpha``, Hugging Face's ``length_penalty`` with ``early_stopping="never"``).
 
-    Returns:
-        ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` (unless cut by ``max_len``) and padded
-        with ``pad_id`` after it, as :func:`~aiayn.decoding.greedy.greedy` returns; with ``return_scores``,
-        ``(ids, scores)`` with ``scores`` of shape ``(B,)``.
-
-    Raises:
-        ValueError: a bad ``beam``, ``normalize`` or ``max_len``; ``src`` not ``(B, S)``, or holding an id
-            outside the source vocabulary.
-    """
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam}")
-    if normalize not in PENALTIES:
-        raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
-    penalty = PENALTIES[normalize]
-    check_src(model, src)
-    max_len = src.size(1) + 50 if max_len is None else max_len
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
-    net = cast(EncoderDecoder, model)
-    cfg = net.cfg
-    was_training = model.training
-    model.eval()
-    B, K, device = src.size(0), beam, src.device
+def _search(
+    step: Callable[[Tensor, int], Tensor],
+    reorder: Callable[[Tensor], None] | None,
+    batch: int,
+    beam: int,
+    first_id: int,
+    eos_id: int | None,
+    pad_id: int,
+    max_len: int,
+    length_penalty: float,
+    penalty: Callable[[int, float], float],
+    early_stopping: bool | str,
+    blocked: int | None,
+    device: torch.device,
+) -> tuple[Tensor, Tensor]:
+    """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(B*K, V)`` of the
+    live hypotheses ``seqs`` ``(B*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far);
+    ``reorder(rows)`` moves the model's cache rows to the surviving beams. Returns ``(ids (B, L), sums (B,))``,
+    the best hypothesis per sentence without ``first_id`` and its summed log-probability."""
+    B, K = batch, beam
     neg_inf = float("-inf")
-
-    # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
-    src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
-    memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
-    cache = net.new_cache(max_len) if use_cache else None
     row0 = torch.arange(B, device=device)[:, None] * K  # (B, 1) first row of each sentence
-
-    seqs = torch.full((B * K, 1), cfg.bos_id, dtype=torch.long, device=device)  # (B*K, t+1), <s> first
+    seqs = torch.full((B * K, 1), first_id, dtype=torch.long, device=device)  # (B*K, t+1)
     # Only beam 0 is live at the start, so step 1 does not fill the beam with K copies of one hypothesis.
     live_sum = torch.full((B, K), neg_inf, device=device)  # (B, K) summed log-probs
     live_sum[:, 0] = 0.0
-    fin_seq = torch.full((B, K, max_len), cfg.pad_id, dtype=torch.long, device=device)  # (B, K, max_len)
+    fin_seq = torch.full((B, K, max_len), pad_id, dtype=torch.long, device=device)  # (B, K, max_len)
     fin_sum = torch.full((B, K), neg_inf, device=device)  # (B, K)
     fin_score = torch.full((B, K), neg_inf, device=device)  # (B, K) length-normalised, best first
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
 
     for t in range(1, max_len + 1):  # t: tokens generated after this step
-        logits = net.decode(seqs[:, -1:] if use_cache else seqs, memory, src_k, cache=cache)[:, -1]  # (B*K, V)
-        logp = logits.float().log_softmax(-1)  # (B*K, V)
-        # Padding is not a word: a pad inside a prefix would also be masked out when the prefix is recomputed.
-        logp[:, cfg.pad_id] = neg_inf
+        logp = step(seqs, t).float().log_softmax(-1)  # (B*K, V)
+        if blocked is not None:  # padding is not a word (a pad inside a prefix would be masked out on recompute)
+            logp[:, blocked] = neg_inf
         V = logp.size(-1)
         cand_sum = (live_sum.view(B * K, 1) + logp).view(B, K * V)  # (B, K*V)
         top_sum, top_idx = cand_sum.topk(min(2 * K, K * V), dim=1)  # (B, 2K) best first
         top_beam, top_tok = top_idx // V, top_idx % V  # (B, 2K)
         top_seq = torch.cat([_take(seqs.view(B, K, t), top_beam), top_tok[..., None]], dim=2)  # (B, 2K, t+1)
-        is_eos = top_tok == cfg.eos_id  # (B, 2K)
+        is_eos = top_tok == eos_id if eos_id is not None else torch.zeros_like(top_tok, dtype=torch.bool)
 
         # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
         # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
-        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (B, K)
-        new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=cfg.pad_id)  # (B, K, max_len)
+        # A sentence already done takes no more: what it returns is fixed when it stops.
+        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos | done[:, None], neg_inf)[:, :K]
+        new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=pad_id)  # (B, K, max_len)
         fin_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (B, K)
         fin_sum = _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep)  # (B, K)
         fin_seq = _take(torch.cat([fin_seq, new_seq], dim=1), keep)  # (B, K, max_len)
@@ -140,16 +113,12 @@ def beam_search(
         pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (B, K)
         live_sum = top_sum.gather(1, pick)  # (B, K) still best first
         seqs = _take(top_seq, pick).view(B * K, t + 1)  # (B*K, t+1)
-        if cache is not None:
-            # (B*K,) rows the new beams extend; always rows of the same sentence, so the same source
-            cache.reorder((row0 + top_beam.gather(1, pick)).view(-1), cross=False)
+        if reorder is not None:
+            reorder((row0 + top_beam.gather(1, pick)).view(-1))  # (B*K,) rows the new beams extend
 
         if t == max_len:
             break
-        # The best a live beam can still reach: its log-prob only falls, and lp is largest at one end
-        # of the lengths still possible (t+1 .. max_len).
-        reachable = live_sum[:, 0] / max(penalty(t + 1, length_penalty), penalty(max_len, length_penalty))
-        done |= fin_score[:, -1] >= reachable  # (B,)
+        done |= _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping)
         if bool(done.all()):
             break
 
@@ -163,11 +132,165 @@ def beam_search(
 
     best = fin_score.argmax(dim=1, keepdim=True)  # (B, 1)
     ids = _take(fin_seq, best)[:, 0]  # (B, max_len)
-    ids = ids[:, : int((ids != cfg.pad_id).sum(1).max())]  # (B, L): drop columns that are padding everywhere
+    if eos_id is not None:  # drop columns that are padding everywhere (after every row's </s>)
+        ended = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # (B, max_len) after the </s>
+        ids = ids[:, : int((~ended).sum(1).max())]
+    return ids, fin_sum.gather(1, best)[:, 0]
+
+
+def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: float,
+           penalty: Callable[[int, float], float], early_stopping: bool | str) -> Tensor:
+    """``(B,)`` whether each sentence may stop after step ``t`` (Hugging Face's ``early_stopping``):
+    ``"never"`` when no live beam can still beat the worst finished one (its log-prob only falls, and ``lp``
+    is largest at one end of the lengths still possible, ``t + 1 .. max_len``: an exact bound);
+    ``False`` when the best live beam scored at its current length does not beat it (a heuristic);
+    ``True`` as soon as ``K`` hypotheses have finished."""
+    worst = fin_score[:, -1]  # (B,) -inf until K have finished
+    if early_stopping is True:
+        return worst > float("-inf")
+    if early_stopping is False:
+        return worst >= live_sum[:, 0] / penalty(t, alpha)
+    return worst >= live_sum[:, 0] / max(penalty(t + 1, alpha), penalty(max_len, alpha))
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    beam: int = 4,
+    length_penalty: float = 0.6,
+    max_len: int | None = None,
+    use_cache: bool = True,
+    return_scores: bool = False,
+    normalize: str = "gnmt",
+    early_stopping: bool | str = "never",
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence.
+
+    Args:
+        beam: hypotheses kept per sentence, ``K`` (4 in section 6.1); ``beam=1`` with ``length_penalty=0``
+            is greedy decoding.
+        length_penalty: GNMT's ``alpha`` (0.6 in section 6.1); 0 ranks by summed log-probability.
+        max_len: most tokens to produce; default ``S + 50`` (section 6.1).
+        use_cache: reuse keys/values of earlier steps; ``False`` recomputes the whole prefix each step
+            (same result, slower).
+        return_scores: also return the summed log-probabilities (not length-normalised) of the hypotheses.
+        normalize: ``"gnmt"`` (``((5 + len) / 6) ** alpha``, the paper's choice) or ``"length"``
+            (``len ** alpha``, Hugging Face's ``length_penalty``).
+        early_stopping: when a sentence stops, as Hugging Face's argument of that name: ``"never"`` (the
+            default: when nothing left could beat what has finished, so the search loses nothing),
+            ``False`` (Hugging Face's default heuristic) or ``True`` (as soon as ``beam`` hypotheses end).
+
+    Returns:
+        ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` (unless cut by ``max_len``) and padded
+        with ``pad_id`` after it, as :func:`~aiayn.decoding.greedy.greedy` returns; with ``return_scores``,
+        ``(ids, scores)`` with ``scores`` of shape ``(B,)``.
+
+    Raises:
+        ValueError: a bad ``beam``, ``normalize``, ``early_stopping`` or ``max_len``; ``src`` not ``(B, S)``,
+            or holding an id outside the source vocabulary.
+    """
+    penalty = _check(beam, normalize, early_stopping)
+    check_src(model, src)
+    max_len = src.size(1) + 50 if max_len is None else max_len
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    net = cast(EncoderDecoder, model)
+    cfg = net.cfg
+    was_training = model.training
+    model.eval()
+    K = beam
+    # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
+    src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
+    memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
+    cache = net.new_cache(max_len) if use_cache else None
+
+    def step(seqs: Tensor, t: int) -> Tensor:
+        return net.decode(seqs[:, -1:] if cache is not None else seqs, memory, src_k, cache=cache)[:, -1]
+
+    # the new beams extend rows of the same sentence, so of the same source: cross-attention stays
+    reorder = None if cache is None else (lambda rows: cache.reorder(rows, cross=False))
+    ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, cfg.eos_id, cfg.pad_id, max_len, length_penalty,
+                        penalty, early_stopping, cfg.pad_id, src.device)
     model.train(was_training)
-    if return_scores:
-        return ids, fin_sum.gather(1, best)[:, 0]
-    return ids
+    return (ids, sums) if return_scores else ids
 
 
-__all__ = ["beam_search", "gnmt_penalty", "length_power"]
+@torch.no_grad()
+def beam_search_lm(
+    model: nn.Module,
+    prompt: Tensor,
+    max_new_tokens: int,
+    beam: int = 4,
+    length_penalty: float = 1.0,
+    eos_id: int | None = None,
+    attention_mask: Tensor | None = None,
+    use_cache: bool = True,
+    return_scores: bool = False,
+    normalize: str = "length",
+    early_stopping: bool | str = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Beam search from a language model's prompts ``(B, T)`` (padded on the left, with ``attention_mask``
+    ``(B, T)``, ``True`` for real tokens, as :func:`~aiayn.decoding.sampling.stream` pads them).
+
+    The same search as :func:`beam_search`, with defaults as Hugging Face's ``generate`` sets them
+    (``length_penalty=1.0`` on ``len ** alpha``, the ``early_stopping=False`` heuristic); ``len`` counts the
+    generated tokens only, ``eos_id`` included.
+
+    Returns:
+        ``(B, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` and padded
+        with ``eos_id`` after it (``L <= max_new_tokens``); with ``return_scores`` also the summed
+        log-probabilities ``(B,)``.
+
+    Raises:
+        ValueError: a bad ``beam``, ``normalize``, ``early_stopping`` or ``max_new_tokens``; a prompt or
+            mask of the wrong shape, or an id outside ``model.cfg.vocab_size``.
+    """
+    penalty = _check(beam, normalize, early_stopping)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_ids(prompt, 0, "prompt", values=False)
+    check_prompts(model, prompt.tolist(), "prompt")
+    B, T = prompt.shape
+    if attention_mask is not None and tuple(attention_mask.shape) != (B, T):
+        raise ValueError(f"attention_mask must be (batch, prompt length) = {(B, T)}, got "
+                         f"{tuple(attention_mask.shape)}")
+    was_training = model.training
+    model.eval()
+    K, device = beam, prompt.device
+    prompt_k = prompt.repeat_interleave(K, dim=0)  # (B*K, T)
+    real = None
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        real = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device)  # (B*K, T + N)
+        real[:, :T] = attention_mask.bool().repeat_interleave(K, dim=0)
+    cache = cast(CachingModel, model).new_cache(T + max_new_tokens) if use_cache else None
+
+    def step(seqs: Tensor, t: int) -> Tensor:
+        # seqs: (B*K, t), a placeholder first, then the t - 1 tokens generated so far
+        if cache is None or t == 1:
+            ids = torch.cat([prompt_k, seqs[:, 1:]], dim=1)  # (B*K, T + t - 1)
+        else:
+            ids = seqs[:, -1:]
+        mask = None if real is None else real[:, : T + t - 1]
+        return model(ids, attention_mask=mask, cache=cache)[:, -1]
+
+    reorder = None if cache is None else (lambda rows: cache.reorder(rows, cross=False))
+    first = int(prompt[0, -1])  # any id: the placeholder is never fed to the model
+    pad = eos_id if eos_id is not None else first
+    ids, sums = _search(step, reorder, B, K, first, eos_id, pad, max_new_tokens, length_penalty, penalty,
+                        early_stopping, None, device)
+    model.train(was_training)
+    return (ids, sums) if return_scores else ids
+
+
+def _check(beam: int, normalize: str, early_stopping: bool | str) -> Callable[[int, float], float]:
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    if normalize not in PENALTIES:
+        raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
+    if early_stopping not in STOPS:
+        raise ValueError(f"early_stopping={early_stopping!r} must be True, False or 'never'")
+    return PENALTIES[normalize]
+
+
+__all__ = ["beam_search", "beam_search_lm", "gnmt_penalty", "length_power"]

@@ -7,6 +7,7 @@ The model only needs the small protocol every encoder-decoder here has: ``encode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
@@ -62,6 +63,14 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     Raises:
         ValueError: ``src`` not ``(B, S)``, or holding an id outside the source vocabulary.
     """
+    return decode_with(model, src, lambda logits: logits.argmax(-1), max_len, use_cache)
+
+
+@torch.no_grad()
+def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor], max_len: int | None = None,
+                use_cache: bool = True) -> Tensor:
+    """Decode token by token, ``choose`` picking each next token ``(B,)`` from the logits ``(B, V)`` (padding
+    already excluded): argmax is :func:`greedy`, a draw is :func:`~aiayn.decoding.sampling.sample_seq2seq`."""
     check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
@@ -75,7 +84,7 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     for _ in range(max_len):
         logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (B, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
-        nxt = logits.argmax(-1).masked_fill(done, cfg.pad_id)
+        nxt = choose(logits).masked_fill(done, cfg.pad_id)
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated
         done |= nxt == cfg.eos_id
         if bool(done.all()):

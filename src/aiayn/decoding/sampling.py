@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 from torch import Tensor, nn
 
+from aiayn.decoding.greedy import decode_with
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
 
 
-class _CachingModel(Protocol):
+class CachingModel(Protocol):
     """The one method :func:`stream` calls on a model besides ``nn.Module``'s own (for the type checker)."""
 
     def new_cache(self, max_len: int) -> DecoderCache: ...
@@ -113,7 +114,7 @@ def stream(
         ids[i, t - len(p) : t] = torch.as_tensor(list(p), dtype=torch.long)
         real[i, t - len(p) :] = True  # the prompt and everything generated after it
     padded = min(lengths) < t
-    cache = cast(_CachingModel, model).new_cache(total) if use_cache else None
+    cache = cast(CachingModel, model).new_cache(total) if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     try:
         for step in range(max_new_tokens):
@@ -176,4 +177,26 @@ def sample(
     return out
 
 
-__all__ = ["filter_logits", "next_token", "sample", "stream"]
+def sample_seq2seq(
+    model: nn.Module,
+    src: Tensor,
+    max_len: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Translate ``(B, S)`` source ids by drawing each next token (temperature, top-k, top-p) instead of
+    taking the most likely one; ``temperature=0`` is :func:`~aiayn.decoding.greedy.greedy`.
+
+    Returns:
+        ``(B, L)`` ids after ``<s>``, as :func:`~aiayn.decoding.greedy.greedy` returns them.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    return decode_with(model, src, lambda logits: next_token(logits, temperature, top_k, top_p, generator),
+                       max_len, use_cache)
+
+
+__all__ = ["CachingModel", "check_prompts", "filter_logits", "next_token", "sample", "sample_seq2seq", "stream"]

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers.linear import Linear, linear
+from aiayn.layers.linear import Linear
 from aiayn.layers.masks import causal_mask, combine
 
 _recorders: list[dict[str, list[Tensor]]] = []
@@ -124,7 +124,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: Tensor, rows: slice) -> Tensor:
         """``x`` ``(B, T, C)`` through the rows ``rows`` of ``in_proj`` (q: ``[:C]``, k: ``[C:2C]``, v: ``[2C:]``)."""
-        return linear(x, self.in_proj.weight[rows], None if self.in_proj.bias is None else self.in_proj.bias[rows])
+        return self.in_proj.rows(x, rows)
 
     def project_kv(self, memory: Tensor, memory_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``; ``memory_pos`` ``(B, S, C)``, if

@@ -38,5 +38,10 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:  # (..., K) -> (..., O)
         return linear(x, self.weight, self.bias)
 
+    def rows(self, x: Tensor, rows: slice) -> Tensor:
+        """``x`` through the output rows ``rows`` alone (attention's query or key/value rows): ``(..., K)`` ->
+        ``(..., len(rows))``; :class:`aiayn.layers.int8.Int8Linear` answers the same call."""
+        return linear(x, self.weight[rows], None if self.bias is None else self.bias[rows])
+
 
 __all__ = ["FEW_ROWS", "ONEDNN_MIN", "Linear", "linear"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -155,6 +156,13 @@ class GPT(nn.Module):
             is_causal = False
         x = self.decoder(x, None, mask, None, is_causal, caches=cache)
         return self.lm_head(x)
+
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+        """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
+        ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
+        from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called
+
+        return generate(self, input_ids, attention_mask, **kwargs)
 
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for up to ``max_len`` positions (prompt and generated)."""

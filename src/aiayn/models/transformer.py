@@ -164,6 +164,13 @@ class Transformer(nn.Module):
                              f"{tgt_ids.size(0)}")
         return self.decode(tgt_ids, self.encode(src_ids), src_ids)
 
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+        """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
+        ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
+        from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called
+
+        return generate(self, input_ids, attention_mask, **kwargs)
+
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for decoding up to ``max_len`` target positions."""
         return DecoderCache(len(self.decoder.layers), max_len)

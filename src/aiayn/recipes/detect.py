@@ -32,6 +32,7 @@ from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model
 from aiayn.training import device as devices
 from aiayn.training import warmup_cosine
 from aiayn.training.session import read_args
@@ -193,7 +194,7 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
 
 def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: float = 0.7,
            out: str | os.PathLike | None = None, verbose: bool = True, *,
-           device: str | torch.device | None = None) -> dict[str, Any]:
+           device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
     """Detect objects in one image with a trained run; print them and draw them.
 
     Args:
@@ -201,39 +202,56 @@ def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: flo
         image_path: any image Pillow reads.
         threshold: keep detections whose class probability is above this.
         out: the picture to write; default ``<run>/detections/<image name>.png``.
-        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Returns:
         ``{"detections": [{"label", "name", "score", "box": [x0, y0, x1, y1] in the image's pixels}], "image"}``.
 
     Raises:
-        ValueError: ``device`` names no device of this machine, or ``threshold`` is outside [0, 1).
+        ValueError: ``device`` names no device of this machine, a bad ``quantize``, or ``threshold`` is
+            outside [0, 1).
     """
-    run = Path(run)
-    if not (run / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder of `aiayn train --task detect`?")
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold={threshold} must be in [0, 1)")
-    where = devices.resolve(device)
-    model = aiayn.load(run).to(where).eval()
-    classes = json.loads((run / "classes.json").read_text())
-    original = load_image(image_path)  # (3, H, W) uint8
-    images, _, _ = collate_on([(load_image(image_path, read_args(run).get("image_size", 128)), {})], where)
-    with torch.no_grad():
-        found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
-    found = devices.move(found, "cpu")
-    keep = found["scores"] > threshold
-    detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
-                   "box": [round(float(v), 1) for v in box]}
-                  for label, score, box in zip(found["labels"][keep], found["scores"][keep], found["boxes"][keep])]
-    detections.sort(key=lambda d: -d["score"])
-    out = Path(out) if out is not None else run / "detections" / f"{Path(image_path).stem}.png"
-    _draw(original, detections, out)
+    detector = load_detector(run, device=device, quantize=quantize)
+    detections = find_objects(detector, image_path, threshold)
+    out = Path(out) if out is not None else Path(run) / "detections" / f"{Path(image_path).stem}.png"
+    _draw(load_image(image_path), detections, out)
     if verbose:
         for d in detections:
             print(f"{d['name']:<12} {d['score']:.3f}  box {d['box']}")
         print(f"{len(detections)} detection(s) above {threshold}; drawn in {out}")
     return {"detections": detections, "image": out}
+
+
+def load_detector(run: str | os.PathLike, *, device: str | torch.device | None = None,
+                  quantize: str | None = None) -> tuple[torch.nn.Module, list[str], int]:
+    """``(model, class names, image size)`` of a detection run folder, the model made
+    :func:`~aiayn.recipes.loading.ready` on ``device`` (or in int8)."""
+    run = Path(run)
+    if not (run / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder of `aiayn train --task detect`?")
+    model = load_model(run, device, quantize)
+    return model, json.loads((run / "classes.json").read_text()), read_args(run).get("image_size", 128)
+
+
+@torch.no_grad()
+def find_objects(detector: tuple[torch.nn.Module, list[str], int], image_path: str | os.PathLike,
+                 threshold: float = 0.7) -> list[dict[str, Any]]:
+    """The objects of one image whose class probability is above ``threshold``, most likely first, with a
+    loaded :func:`load_detector`: ``[{"label", "name", "score", "box": [x0, y0, x1, y1] in pixels}]``."""
+    model, classes, size = detector
+    where = devices.of(model)
+    original = load_image(image_path)  # (3, H, W) uint8
+    images, _, _ = collate_on([(load_image(image_path, size), {})], where)
+    found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
+    found = devices.move(found, "cpu")
+    keep = found["scores"] > threshold
+    detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
+                   "box": [round(float(v), 1) for v in box]}
+                  for label, score, box in zip(found["labels"][keep], found["scores"][keep], found["boxes"][keep])]
+    return sorted(detections, key=lambda d: -d["score"])
 
 
 def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> None:
@@ -259,22 +277,20 @@ def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> 
 
 
 def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str = "val", *,
-                 device: str | torch.device | None = None) -> dict[str, float]:
+                 device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, float]:
     """``{"val_loss", "map50", "map", "map75", "n"}`` of a detection run on a split of a Pascal VOC folder.
 
     Args:
-        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
-    run = Path(run)
-    model = aiayn.load(run).to(where).eval()
-    classes = json.loads((run / "classes.json").read_text())
-    samples, _, _ = read_voc(data_dir, split, read_args(run).get("image_size", 128), classes)
+    model, classes, size = load_detector(run, device=device, quantize=quantize)
+    samples, _, _ = read_voc(data_dir, split, size, classes)
     return {**evaluate_detr(model, samples), "n": len(samples)}
 
 
-__all__ = ["Config", "Detection", "collate_on", "collated", "detect", "evaluate_detr", "evaluate_voc", "param_groups",
-           "voc_batches"]
+__all__ = ["Config", "Detection", "collate_on", "collated", "detect", "evaluate_detr", "evaluate_voc", "find_objects",
+           "load_detector", "param_groups", "voc_batches"]

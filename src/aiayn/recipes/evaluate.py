@@ -6,6 +6,9 @@
     mlm           masked-token and next-sentence accuracy on a text file      --data FILE
     image         accuracy and the confusion matrix                           --data-dir MNIST files
     detect        mAP@0.5, mAP@[.5:.95] and the set loss                      --data-dir VOC folder [--split val]
+
+Every task also takes ``device`` and ``quantize`` (``"int8"``: int8 weights on the CPU; see
+:mod:`aiayn.recipes.loading`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from aiayn.training.session import read_args
 
 # the settings each task's evaluation takes
 TAKES = {
-    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights", "device"},
-    "lm": {"data", "device"},
-    "mlm": {"data", "device"},
-    "image": {"data_dir", "device"},
-    "detect": {"data_dir", "split", "device"},
+    "translation": {"data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights", "device", "quantize"},
+    "lm": {"data", "device", "quantize"},
+    "mlm": {"data", "device", "quantize"},
+    "image": {"data_dir", "device", "quantize"},
+    "detect": {"data_dir", "split", "device", "quantize"},
 }
 
 
@@ -43,13 +46,14 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     if settings.get(need) is None:
         raise ValueError(f"evaluating a {task} run needs --{need.replace('_', '-')}")
     where = settings.get("device")  # None: a GPU when there is one
+    run_on: dict[str, Any] = {"device": where, "quantize": settings.get("quantize")}  # quantize None: float32 as saved
     if task == "translation":
         from aiayn.recipes.translation import evaluate as bleu
 
         langs: dict[str, Any] = {k: settings.get(k) or args.get(k) for k in ("src_lang", "tgt_lang")}
         beam = settings.get("beam", 4)
         scores = bleu(run, settings["data"], settings.get("data_dir"), settings.get("split", "test_2016_flickr"),
-                      beam=beam, weights=settings.get("weights"), device=where, **langs)
+                      beam=beam, weights=settings.get("weights"), **run_on, **langs)
         return {**scores, "beam": beam}
     data = settings.get("data")
     file = data[0] if isinstance(data, list) and len(data) == 1 else data
@@ -59,16 +63,16 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
         from aiayn.recipes.lm import perplexity
 
         assert isinstance(file, (str, Path))  # refused above otherwise
-        return perplexity(run, file, device=where)
+        return perplexity(run, file, **run_on)
     if task == "mlm":
         from aiayn.recipes.mlm import masked_accuracy
 
         assert isinstance(file, (str, Path))  # refused above otherwise
-        return masked_accuracy(run, file, device=where)
+        return masked_accuracy(run, file, **run_on)
     if task == "image":
         from aiayn.recipes.image import image_accuracy
 
-        return image_accuracy(run, settings["data_dir"], device=where)
+        return image_accuracy(run, settings["data_dir"], **run_on)
     from aiayn.recipes.detect import evaluate_voc
 
-    return evaluate_voc(run, settings["data_dir"], settings.get("split", "val"), device=where)
+    return evaluate_voc(run, settings["data_dir"], settings.get("split", "val"), **run_on)

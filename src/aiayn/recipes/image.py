@@ -28,6 +28,7 @@ import aiayn
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model
 from aiayn.training import decay_groups, warmup_cosine
 from aiayn.training import device as devices
 
@@ -179,18 +180,18 @@ class ImageClassification(Recipe):
 
 @torch.no_grad()
 def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike, *,
-                   device: str | torch.device | None = None) -> dict[str, Any]:
+                   device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
     """``{"accuracy", "loss", "confusion", "n"}`` of an image run on a folder of labelled images (MNIST's IDX
     files or a CSV of pixels and labels).
 
     Args:
-        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
-    model = cast("ViT | Swin", aiayn.load(run).to(where).eval())  # an image run holds a ViT or a Swin
+    model = cast("ViT | Swin", load_model(run, device, quantize))  # an image run holds a ViT or a Swin
     images, labels = read_images(data_dir, prefer="t10k")
     if tuple(images.shape[1:]) != (model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size):
         raise ValueError(f"{data_dir} holds images of {tuple(images.shape[1:])}; the model takes "
@@ -244,7 +245,8 @@ def prepare(image: Tensor, in_channels: int, size: int, invert: bool | None = No
 
 
 def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: int = 3,
-             invert: bool | None = None, *, device: str | torch.device | None = None) -> list[dict[str, Any]]:
+             invert: bool | None = None, *, device: str | torch.device | None = None,
+             quantize: str | None = None) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each image under the model of a run folder (or checkpoint).
 
     Args:
@@ -252,30 +254,40 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         image_paths: PNG/JPEG files or ``.npy`` arrays.
         top: how many classes to give per image.
         invert: invert grey images (``None``: when their border is light).
-        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Returns:
         One ``{"path", "top": [{"class", "probability"}, ...]}`` per image, most likely first.
 
     Raises:
-        ValueError: ``device`` names no device of this machine, or the run holds no classifier.
+        ValueError: ``device`` names no device of this machine, a bad ``quantize``, or the run holds no
+            classifier.
     """
-    where = devices.resolve(device)
-    model = aiayn.load(run).to(where).eval()
+    model = load_model(run, device, quantize)
+    images = [read_image_file(p) for p in image_paths]
+    return [{"path": str(path), **r} for path, r in zip(image_paths, classify_images(model, images, top, invert, run))]
+
+
+@torch.no_grad()
+def classify_images(model: torch.nn.Module, images: list[Tensor], top: int = 3, invert: bool | None = None,
+                    source: str | os.PathLike = "the model") -> list[dict[str, Any]]:
+    """:func:`classify` with a loaded model and images ``(C, H, W)`` in [0, 1] (:func:`read_image_file`):
+    one ``{"top": [{"class", "probability"}, ...]}`` per image."""
     cfg: Any = model.cfg  # any model's config: checked below to be a classifier's
     if not hasattr(cfg, "in_channels"):
-        raise ValueError(f"{run} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
+        raise ValueError(f"{source} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
     if not cfg.num_classes:
-        raise ValueError(f"{run} holds a model without a head (num_classes=0); it gives features, not classes")
-    if not image_paths:
+        raise ValueError(f"{source} holds a model without a head (num_classes=0); it gives features, not classes")
+    if not images:
         return []
-    images = torch.stack([prepare(read_image_file(p), cfg.in_channels, cfg.image_size, invert) for p in image_paths])
-    with torch.no_grad():
-        probs = model(normalise(devices.move(images, where))).softmax(-1)  # (N, K)
+    batch = torch.stack([prepare(image, cfg.in_channels, cfg.image_size, invert) for image in images])
+    probs = model(normalise(devices.move(batch, devices.of(model)))).softmax(-1)  # (N, K)
     p, idx = probs.topk(min(top, cfg.num_classes), dim=-1)
-    return [{"path": str(path), "top": [{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]}
-            for path, ci, pi in zip(image_paths, idx.tolist(), p.tolist())]
+    return [{"top": [{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]}
+            for ci, pi in zip(idx.tolist(), p.tolist())]
 
 
-__all__ = ["Config", "ImageClassification", "batches", "classification_loss", "classify", "image_accuracy",
+__all__ = ["Config", "ImageClassification", "batches", "classification_loss", "classify", "classify_images",
+           "image_accuracy",
            "load_image_data", "predict", "prepare", "read_image_file"]

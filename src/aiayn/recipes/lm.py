@@ -25,6 +25,7 @@ import aiayn
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
 from aiayn.decoding import sample, stream
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model
 from aiayn.training import decay_groups, distributed, warmup_cosine
 from aiayn.training import device as devices
 
@@ -170,16 +171,16 @@ def _cut(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[: min(hits)], True) if hits else (text, False)
 
 
-def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None):
+def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None, quantize: str | None = None):
     """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``).
 
     Args:
-        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
@@ -187,7 +188,7 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
         raise ValueError(f"{run} is a translation run: use `aiayn translate --run {run}`")
     if not (run / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no tokenizer.json")
-    return aiayn.load(run).to(where).eval(), load_tokenizer(run / "tokenizer.json")
+    return load_model(run, device, quantize), load_tokenizer(run / "tokenizer.json")
 
 
 def generate(
@@ -201,6 +202,7 @@ def generate(
     seed: int | None = None,
     *,
     device: str | torch.device | None = None,
+    quantize: str | None = None,
 ) -> Iterator[str]:
     """Yield the continuation of ``prompt`` piece by piece as the model makes it (for streaming), until
     ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded).
@@ -208,9 +210,17 @@ def generate(
     Args:
         temperature: divides the logits; 0 is greedy decoding.
         seed: seeds the sampling (a generator on the model's device: a seed repeats its text on one device).
-        device: where the model runs, as :func:`load_lm_run`'s (``None``: a GPU when there is one, else the CPU).
+        device, quantize: as :func:`load_lm_run`'s (default: a GPU when there is one, else the CPU; float32).
     """
-    model, tok = load_lm_run(run, device=device)
+    model, tok = load_lm_run(run, device=device, quantize=quantize)
+    yield from stream_text(model, tok, prompt, max_new_tokens, temperature, top_k, top_p, stop, seed)
+
+
+def stream_text(model, tok, prompt: str, max_new_tokens: int = 200, temperature: float = 0.8,
+                top_k: int | None = None, top_p: float | None = None, stop: list[str] | None = None,
+                seed: int | None = None) -> Iterator[str]:
+    """:func:`generate` with a loaded ``model`` and tokenizer ``tok``: the continuation of ``prompt``, piece by
+    piece, whole characters only."""
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
@@ -237,14 +247,15 @@ def generate(
 
 @torch.no_grad()
 def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | None = None,
-               batch_size: int = 16, *, device: str | torch.device | None = None) -> dict[str, float]:
+               batch_size: int = 16, *, device: str | torch.device | None = None,
+               quantize: str | None = None) -> dict[str, float]:
     """``{"loss", "perplexity", "tokens"}`` of the run's model on a whole text file, in blocks of ``block``
     tokens (default the model's ``max_len``), each token predicted from the ones before it in its block.
 
     Args:
-        device: where the model runs, as :func:`load_lm_run`'s (``None``: a GPU when there is one, else the CPU).
+        device, quantize: as :func:`load_lm_run`'s (default: a GPU when there is one, else the CPU; float32).
     """
-    model, tok = load_lm_run(run, device=device)
+    model, tok = load_lm_run(run, device=device, quantize=quantize)
     where = devices.of(model)
     ids = torch.tensor(tok.encode(read_text(path)), dtype=torch.long)
     block = min(block or model.cfg.max_len, model.cfg.max_len, ids.numel() - 1)
@@ -257,4 +268,4 @@ def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | Non
     return {"loss": total / n, "perplexity": math.exp(total / n), "tokens": n}
 
 
-__all__ = ["Config", "LanguageModel", "complete", "generate", "load_lm_run", "perplexity"]
+__all__ = ["Config", "LanguageModel", "complete", "generate", "load_lm_run", "perplexity", "stream_text"]

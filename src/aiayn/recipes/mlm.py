@@ -33,6 +33,7 @@ from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model, ready
 from aiayn.training import decay_groups, distributed, warmup_cosine
 from aiayn.training import device as devices
 
@@ -219,20 +220,20 @@ class MaskedLM(Recipe):
 
 @torch.no_grad()
 def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int = 0, *,
-                    device: str | torch.device | None = None) -> dict[str, float]:
+                    device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, float]:
     """``{"mlm_accuracy", "nsp_accuracy", "val_loss", "pairs"}`` of a masked-LM run on a text file (one sentence
     per line): every consecutive pair, masked as in training with a fixed seed.
 
     Args:
-        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any). The
-            masking is drawn on the CPU, the same on every device.
+        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32). The masking is drawn on
+            the CPU, the same on every device.
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
     run = Path(run)
-    model = cast(BERT, aiayn.load(run).to(where).eval())  # a masked-LM run holds a BERT
+    model = cast(BERT, load_model(run, device, quantize))  # a masked-LM run holds a BERT
     tok = WordPieceTokenizer.load(run / "tokenizer.json")
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     examples = encode(tok, sentence_pairs(lines, random.Random(seed)), model.cfg.max_len)
@@ -243,17 +244,17 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     return {**scores(model, held_out), "pairs": len(examples)}
 
 
-def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = None
-              ) -> tuple[BERT, WordPieceTokenizer, int]:
+def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = None,
+              quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer, int]:
     """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder.
 
     Args:
-        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
     folder = Path(folder)
     if (folder / "config.json").is_file():
         model = aiayn.from_hf(folder)
@@ -273,21 +274,28 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
-    return model.to(where).eval(), tok, max_len
+    return cast(BERT, ready(model, device, quantize)), tok, max_len
 
 
-@torch.no_grad()
 def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
-          device: str | torch.device | None = None) -> Tensor:
+          device: str | torch.device | None = None, quantize: str | None = None) -> Tensor:
     """``(N, C)`` L2-normalised sentence embeddings of ``texts`` (mean pooling over real tokens), on the CPU.
 
     Args:
         folder: a Hugging Face BERT folder or an aiayn run folder (:func:`load_bert`).
-        device: where the model runs, as :func:`load_bert`'s (``None``: a GPU when there is one, else the CPU).
+        device, quantize: as :func:`load_bert`'s (default: a GPU when there is one, else the CPU; float32).
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
-    model, tok, max_len = load_bert(folder, device=device)
+    model, tok, max_len = load_bert(folder, device=device, quantize=quantize)
+    return embed_texts(model, tok, max_len, texts, batch_size)
+
+
+@torch.no_grad()
+def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[str], batch_size: int = 64) -> Tensor:
+    """:func:`embed` with a loaded model and tokenizer (:func:`load_bert`)."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, got one string")
     where = devices.of(model)
     out = []
     for i in range(0, len(texts), batch_size):
@@ -296,4 +304,4 @@ def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
     return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
 
 
-__all__ = ["Config", "MaskedLM", "date_pairs", "embed", "load_bert", "masked_accuracy", "sentence_pairs"]
+__all__ = ["Config", "MaskedLM", "date_pairs", "embed", "embed_texts", "load_bert", "masked_accuracy", "sentence_pairs"]

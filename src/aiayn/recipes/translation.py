@@ -40,6 +40,7 @@ from aiayn.data.synthetic import TASKS
 from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model, ready
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
 
@@ -235,18 +236,18 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
 
 
 def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *,
-             device: str | torch.device | None = None):
+             device: str | torch.device | None = None, quantize: str | None = None):
     """``(model, src_tokenizer, tgt_tokenizer)`` of a translation run folder.
 
     Args:
         weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
             (``best.safetensors``, ``average.safetensors``) or a path.
-        device: where the model goes (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
+            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
     Raises:
-        ValueError: ``device`` names no device of this machine.
+        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    where = devices.resolve(device)
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
@@ -257,26 +258,27 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
         given, weights = weights, Path(weights) if Path(weights).is_file() else run / weights
         if not weights.is_file():
             raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
-    model = aiayn.load(weights or run).to(where).eval()
+    model = load_model(weights or run, device, quantize)
     return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
 
 
 def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,
-              weights: str | os.PathLike | None = None, *, device: str | torch.device | None = None) -> list[str]:
+              weights: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
+              quantize: str | None = None) -> list[str]:
     """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``).
 
     Args:
         weights: as :func:`load_run`'s; default the last weights.
-        device: where the model runs, as :func:`load_run`'s (``None``: a GPU when there is one, else the CPU).
+        device, quantize: as :func:`load_run`'s (default: a GPU when there is one, else the CPU; float32).
     """
-    model, src_tok, tgt_tok = load_run(run, weights, device=device)
+    model, src_tok, tgt_tok = load_run(run, weights, device=device, quantize=quantize)
     return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
 
 
 def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None = None,
              split: str = "test_2016_flickr", src_lang: str = "de", tgt_lang: str = "en", beam: int = 4,
              weights: str | os.PathLike | None = None, *,
-             device: str | torch.device | None = None) -> dict[str, Any]:
+             device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
     """Corpus BLEU and chrF (sacrebleu, detokenized; ``zh`` tokenizer for Chinese) of a saved run.
 
     Args:
@@ -284,15 +286,15 @@ def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None
             every pair of the file is scored.
         beam: beam size (4, as the paper decodes); 1 is greedy.
         weights: as :func:`load_run`'s (e.g. ``"average.safetensors"``); default the last weights.
-        device: where the model runs, as :func:`load_run`'s (``None``: a GPU when there is one, else the CPU).
+        device, quantize: as :func:`load_run`'s (default: a GPU when there is one, else the CPU; float32).
 
     Returns:
         ``{"bleu", "chrf", "signature", "n", "exact_match"}``.
     """
     from aiayn.evaluation import corpus_scores, exact_match
 
-    devices.resolve(device)  # a device the machine lacks is refused before the corpus is read (or downloaded)
+    ready(torch.nn.Identity(), device, quantize)  # a bad device or quantize is refused before the corpus is read
     pairs = read_corpus(data, data_dir, split, src_lang, tgt_lang)
-    hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights, device=device)
+    hyps = translate(run, [s for s, _ in pairs], beam=beam, weights=weights, device=device, quantize=quantize)
     refs = [t for _, t in pairs]
     return {**corpus_scores(hyps, refs, tgt_lang), "exact_match": exact_match(hyps, refs)}

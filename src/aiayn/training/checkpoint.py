@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -80,21 +81,41 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
         ValueError: the file is truncated or corrupted (its digest does not match), or its tensors do
             not fit its config (the keys are named).
     """
-    from aiayn.models import config_from_dict
+    file, meta, tensors = _read(path, tensors=True)
+    check_digest(file, tensors, meta.get("aiayn_sha256"))
+    return from_tensors(_config(meta), tensors, str(file)).to(device)
 
+
+def saved_config(path: str | os.PathLike) -> Any:
+    """The config stored with the checkpoint at ``path`` (file or run folder), read without its tensors.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        ValueError: the file is not an aiayn checkpoint.
+    """
+    return _config(_read(path, tensors=False)[1])
+
+
+def _read(path: str | os.PathLike, tensors: bool) -> tuple[Path, dict[str, str], dict[str, Tensor]]:
+    """``(file, metadata, tensors)`` of an aiayn checkpoint (no tensors read unless ``tensors``)."""
     file = weights_path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no checkpoint at {file}")
     try:
         with safe_open(str(file), framework="pt") as f:  # checks the header and every tensor's extent
             meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            stored = {k: f.get_tensor(k) for k in f.keys()} if tensors else {}
     except Exception as e:
         raise ValueError(f"{file} is not a readable safetensors checkpoint (truncated or corrupted?): {e}") from e
     if "aiayn_config" not in meta:
         raise ValueError(f"{file} holds no aiayn config in its metadata; was it written by aiayn.save?")
-    check_digest(file, tensors, meta.get("aiayn_sha256"))
-    return from_tensors(config_from_dict(json.loads(meta["aiayn_config"])), tensors, str(file)).to(device)
+    return file, meta, stored
+
+
+def _config(meta: dict[str, str]) -> Any:
+    from aiayn.models import config_from_dict
+
+    return config_from_dict(json.loads(meta["aiayn_config"]))
 
 
 def from_tensors(cfg, tensors: dict[str, Tensor], source: str = "the tensors") -> nn.Module:

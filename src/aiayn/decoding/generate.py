@@ -1,0 +1,181 @@
+"""``generate`` with Hugging Face's argument names and meanings, on the decoders here.
+
+    model.generate(input_ids, max_new_tokens=20)                        greedy
+    model.generate(input_ids, do_sample=True, top_p=0.9)                sampling (top_k 50 unless given)
+    model.generate(input_ids, num_beams=4, length_penalty=1.0)          beam search
+
+The same call runs a language model (GPT: ``input_ids`` is the prompt, padded on the left with
+``attention_mask``; the result is the prompt followed by the new tokens) and an encoder-decoder
+(the Transformer, BART, Marian: ``input_ids`` is the source; the result starts with the decoder's start
+token), as ``transformers`` does. Defaults are ``transformers``' own (version 5): 20 new tokens when
+neither length is given, ``top_k=50`` when sampling, ``length_penalty=1.0`` on ``len ** alpha`` and the
+``early_stopping=False`` heuristic for beams. Rows that end early are padded with ``pad_token_id`` (a
+language model without one pads with ``eos_token_id``, as ``transformers`` does). An argument that is not
+supported is refused by name, never ignored.
+
+Shapes: B batch, T prompt (or source) length, N new tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.decoding.beam import beam_search, beam_search_lm
+from aiayn.decoding.greedy import greedy
+from aiayn.decoding.sampling import sample, sample_seq2seq
+from aiayn.layers.embedding import check_ids
+
+HF_NEW_TOKENS = 20  # what transformers generates when given no length
+HF_TOP_K = 50  # transformers' GenerationConfig.top_k
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    *,
+    max_new_tokens: int | None = None,
+    max_length: int | None = None,
+    do_sample: bool = False,
+    num_beams: int = 1,
+    temperature: float = 1.0,
+    top_k: int | None = HF_TOP_K,
+    top_p: float = 1.0,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    decoder_start_token_id: int | None = None,
+    num_return_sequences: int = 1,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    **unsupported: Any,
+) -> Tensor:
+    """Generate as ``transformers``' ``model.generate`` does, with its arguments.
+
+    Args:
+        input_ids: ``(B, T)``: a language model's prompts or an encoder-decoder's sources.
+        attention_mask: ``(B, T)``, 1 for real tokens. A language model's prompts are padded on the left;
+            an encoder-decoder's padding is its ``pad_id`` (the mask, if given, must say the same).
+        max_new_tokens, max_length: most new tokens; ``max_length`` counts the prompt (a language model)
+            or the start token (an encoder-decoder) too.
+        do_sample, temperature, top_k, top_p: draw each token (temperature first, then top-k, then top-p).
+        num_beams, length_penalty, early_stopping: beam search (:func:`~aiayn.decoding.beam_search`).
+        eos_token_id, decoder_start_token_id: must be the model's own (its config's); ``eos_token_id``
+            may be set for a language model whose config has another.
+        pad_token_id: what fills a row after its end.
+        generator: a seeded ``torch.Generator`` for sampling (not a ``transformers`` argument; without
+            it, sampling draws from torch's global generator, as ``transformers`` does).
+
+    Returns:
+        ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
+        encoder-decoder (the start token, then the new tokens).
+
+    Raises:
+        TypeError: an argument ``transformers`` has that is not supported here (named).
+        ValueError: a bad value (named), or ids that are not ``(B, T)`` integers of the vocabulary.
+    """
+    if unsupported:
+        raise TypeError(f"generate() does not support {', '.join(sorted(unsupported))}; it takes max_new_tokens, "
+                        f"max_length, do_sample, num_beams, temperature, top_k, top_p, length_penalty, "
+                        f"early_stopping, eos_token_id, pad_token_id, decoder_start_token_id, use_cache, generator")
+    if num_return_sequences != 1:
+        raise ValueError(f"num_return_sequences={num_return_sequences}: only 1 is supported")
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if do_sample and num_beams > 1:
+        raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
+    if do_sample and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    check_ids(input_ids, 0, "input_ids", values=False)
+    cfg: Any = getattr(model, "cfg", None)
+    sampling: dict[str, Any] | None = None
+    if do_sample:
+        sampling = {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None,
+                    "generator": generator}
+    if hasattr(model, "encode"):
+        return _seq2seq(model, cfg, input_ids, attention_mask, _budget(max_new_tokens, max_length, 1), sampling,
+                        num_beams, length_penalty, early_stopping, eos_token_id, pad_token_id,
+                        decoder_start_token_id, use_cache)
+    if not hasattr(model, "new_cache"):
+        raise ValueError(f"a {type(model).__name__} does not generate text (a GPT, Transformer or BART does)")
+    if decoder_start_token_id is not None:
+        raise ValueError("decoder_start_token_id is for encoder-decoders; a language model continues its prompt")
+    budget = _budget(max_new_tokens, max_length, input_ids.size(1))
+    if max_new_tokens is None and max_length is None:  # the default stops at the last position, as transformers'
+        budget = max(1, min(budget, cfg.max_len - input_ids.size(1)))
+    eos = cfg.eos_id if eos_token_id is None else eos_token_id
+    pad = eos if pad_token_id is None else pad_token_id
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(f"attention_mask must be shaped as input_ids {tuple(input_ids.shape)}, got "
+                         f"{tuple(attention_mask.shape)}")
+    if num_beams > 1:
+        new = beam_search_lm(model, input_ids, budget, num_beams, length_penalty, eos, attention_mask, use_cache,
+                             early_stopping=early_stopping)
+        assert isinstance(new, Tensor)  # no return_scores
+    else:
+        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        if bool((real[:, 1:] < real[:, :-1]).any()):
+            raise ValueError("attention_mask: prompts must be padded on the left (zeros before the ones)")
+        rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
+        options: dict[str, Any] = sampling or {"temperature": 0.0}
+        out = sample(model, rows, budget, eos_id=eos, use_cache=use_cache, **options)
+        assert isinstance(out, list)  # lists in, lists out
+        width = max(len(o) - len(r) for o, r in zip(out, rows))
+        new = torch.full((len(rows), width), pad, dtype=torch.long, device=input_ids.device)
+        for i, (o, r) in enumerate(zip(out, rows)):
+            new[i, : len(o) - len(r)] = torch.as_tensor(o[len(r):], dtype=torch.long)
+    return torch.cat([input_ids, _pad_after(new, eos, pad)], dim=1)
+
+
+def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | None, budget: int,
+             sampling: dict[str, Any] | None, num_beams: int, length_penalty: float, early_stopping: bool | str,
+             eos_token_id: int | None, pad_token_id: int | None, start: int | None, use_cache: bool) -> Tensor:
+    for name, given, own in (("eos_token_id", eos_token_id, cfg.eos_id), ("decoder_start_token_id", start,
+                                                                            cfg.bos_id)):
+        if given is not None and given != own:
+            raise ValueError(f"{name}={given}: this model's is {own} (its config's)")
+    if attention_mask is not None and not torch.equal(attention_mask.bool(), src != cfg.pad_id):
+        raise ValueError(f"attention_mask must mark exactly the tokens that are not padding (pad_id {cfg.pad_id}): "
+                         f"an encoder-decoder here masks its padding by id")
+    if num_beams > 1:
+        ids = beam_search(model, src, num_beams, length_penalty, budget, use_cache, normalize="length",
+                          early_stopping=early_stopping)
+        assert isinstance(ids, Tensor)  # no return_scores
+    elif sampling is not None:
+        ids = sample_seq2seq(model, src, budget, use_cache=use_cache, **sampling)
+    else:
+        ids = greedy(model, src, budget, use_cache)
+    first = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    pad = cfg.pad_id if pad_token_id is None else pad_token_id
+    return torch.cat([first, _pad_after(ids, cfg.eos_id, pad)], dim=1)
+
+
+def _budget(max_new_tokens: int | None, max_length: int | None, counted: int) -> int:
+    """New tokens allowed: ``max_new_tokens``, else ``max_length`` less the ``counted`` tokens it includes."""
+    if max_new_tokens is not None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        return max_new_tokens
+    if max_length is None:
+        return HF_NEW_TOKENS
+    length = max_length
+    if length <= counted:
+        raise ValueError(f"max_length={length} leaves no room after the {counted} input tokens it counts; "
+                         f"pass max_new_tokens")
+    return length - counted
+
+
+def _pad_after(ids: Tensor, eos: int | None, pad: int) -> Tensor:
+    """``(B, N)`` ids with every position after a row's first ``eos`` set to ``pad``."""
+    if eos is None:
+        return ids
+    is_eos = (ids == eos).long()
+    return ids.masked_fill(is_eos.cumsum(1) - is_eos > 0, pad)
+
+
+__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "generate"]

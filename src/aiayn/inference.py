@@ -1,0 +1,163 @@
+"""A model loaded once and kept, ready to answer: ``aiayn.pipeline(run_or_folder, device=None, quantize=None)``.
+
+    p = aiayn.pipeline("runs/dates")                   # a translation run
+    p.translate(["2019-03-07"], beam=4)
+    p = aiayn.pipeline("runs/lm", quantize="int8")     # int8 weights on the CPU
+    p.generate(["Once upon a time"], max_new_tokens=50, temperature=0.8, top_p=0.9)
+    for piece in p.generate("ROMEO:", stream=True): print(piece, end="")
+    p = aiayn.pipeline("all-MiniLM-L6-v2")             # a Hugging Face BERT folder, or a BERT run
+    p.embed(["A man is eating.", "Someone eats."])      # (2, 384), L2-normalised
+    aiayn.pipeline("runs/image").classify(["digit.png"])
+    aiayn.pipeline("runs/detect").detect(["photo.jpg"])
+
+What a folder holds decides what its pipeline does (``p.task``): a translation run (``src_tokenizer.json``)
+or a denoising run (a BART: one tokenizer for both sides) translates, a language model generates, a BERT
+embeds, a ViT or Swin classifies, a DETR detects. Each method computes what the command of the same name
+prints (``aiayn translate``, ``generate``, ``embed``, ``classify``, ``detect``): they call the same
+functions of :mod:`aiayn.recipes`, with the model loaded once instead of at every call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from aiayn.models.bert import BERT
+
+
+class Pipeline:
+    """A loaded model and what it needs to read and write text or images; made by :func:`pipeline`."""
+
+    def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
+        self.task, self.model, self.source, self._parts = task, model, source, parts
+
+    def __repr__(self) -> str:
+        return f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, source={str(self.source)!r})"
+
+    def _need(self, task: str) -> None:
+        if task != self.task:
+            raise ValueError(f"{self.source} holds a {type(self.model).__name__}, which can {self.task}, not {task}")
+
+    def translate(self, texts: list[str], beam: int = 1) -> list[str]:
+        """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives."""
+        from aiayn.recipes.translation import translate_texts
+
+        self._need("translate")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, got one string")
+        if beam < 1:
+            raise ValueError(f"beam must be >= 1, got {beam}")
+        return translate_texts(self.model, self._parts["src_tok"], self._parts["tgt_tok"], list(texts), beam=beam)
+
+    def generate(self, prompts: str | list[str], max_new_tokens: int = 200, temperature: float = 0.8,
+                 top_k: int | None = None, top_p: float | None = None, stop: list[str] | None = None,
+                 seed: int | None = None, stream: bool = False) -> str | list[str] | Iterator[str]:
+        """The continuation of each prompt (not the prompt), as ``aiayn generate`` prints it.
+
+        Args:
+            prompts: one prompt (its continuation is returned) or a list of them (a list is).
+            temperature: divides the logits; 0 is greedy decoding.
+            stop: strings that end the text (not included).
+            seed: makes sampling repeatable (each prompt is seeded with it).
+            stream: yield the text of one prompt piece by piece as it is made (``prompts`` must be one).
+        """
+        from aiayn.recipes.lm import stream_text
+
+        self._need("generate")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        tok = self._parts["tok"]
+        if stream:
+            if not isinstance(prompts, str):
+                raise ValueError("stream=True takes one prompt (a string)")
+            return stream_text(self.model, tok, prompts, max_new_tokens, temperature, top_k, top_p, stop, seed)
+        texts = ["".join(stream_text(self.model, tok, p, max_new_tokens, temperature, top_k, top_p, stop, seed))
+                 for p in ([prompts] if isinstance(prompts, str) else prompts)]
+        return texts[0] if isinstance(prompts, str) else texts
+
+    def embed(self, texts: list[str], batch_size: int = 64) -> Tensor:
+        """``(N, C)`` L2-normalised sentence embeddings (mean pooling), on the CPU, as ``aiayn embed`` gives."""
+        from aiayn.recipes.mlm import embed_texts
+
+        self._need("embed")
+        return embed_texts(cast("BERT", self.model), self._parts["tok"], self._parts["max_len"], texts, batch_size)
+
+    def classify(self, images: list[str | os.PathLike | Tensor], top: int = 3,
+                 invert: bool | None = None) -> list[dict[str, Any]]:
+        """The ``top`` classes of each image (a file, or a ``(C, H, W)`` tensor in [0, 1]), as ``aiayn classify``
+        gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file)."""
+        from aiayn.recipes.image import classify_images, read_image_file
+
+        self._need("classify")
+        if top < 1:
+            raise ValueError(f"top must be >= 1, got {top}")
+        pictures = [x if isinstance(x, Tensor) else read_image_file(x) for x in images]
+        found = classify_images(self.model, pictures, top, invert, self.source)
+        return [r if isinstance(x, Tensor) else {"path": str(x), **r} for x, r in zip(images, found)]
+
+    def detect(self, images: list[str | os.PathLike], threshold: float = 0.7) -> list[list[dict[str, Any]]]:
+        """The objects found in each image file above ``threshold``, as ``aiayn detect`` prints them:
+        ``[{"label", "name", "score", "box": [x0, y0, x1, y1]}]`` per image, most likely first."""
+        from aiayn.recipes.detect import find_objects
+
+        self._need("detect")
+        if not 0 <= threshold < 1:
+            raise ValueError(f"threshold={threshold} must be in [0, 1)")
+        return [find_objects(self._parts["detector"], image, threshold) for image in images]
+
+
+def pipeline(source: str | os.PathLike, device: str | torch.device | None = None, quantize: str | None = None,
+             weights: str | os.PathLike | None = None) -> Pipeline:
+    """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or a Hugging Face BERT folder once,
+    for many calls.
+
+    Args:
+        device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
+        quantize: ``"int8"`` for int8 weights on the CPU (:mod:`aiayn.layers.int8`); ``None``: as saved.
+        weights: a translation run's other weights (``average.safetensors``, ``best.safetensors``).
+
+    Raises:
+        FileNotFoundError: ``source`` holds no model.
+        ValueError: a bad ``device`` or ``quantize``; a model no pipeline runs.
+    """
+    from aiayn.recipes import detect, lm, mlm, translation
+    from aiayn.recipes.loading import load_model
+    from aiayn.training.checkpoint import saved_config
+
+    folder = Path(source)
+    run_on: dict[str, Any] = {"device": device, "quantize": quantize}
+    if weights is not None and not (folder / "src_tokenizer.json").is_file():
+        raise ValueError("weights= is for translation runs")
+    if (folder / "src_tokenizer.json").is_file():
+        model, src_tok, tgt_tok = translation.load_run(folder, weights, **run_on)
+        return Pipeline("translate", model, folder, src_tok=src_tok, tgt_tok=tgt_tok)
+    if (folder / "config.json").is_file():
+        model, tok, max_len = mlm.load_bert(folder, **run_on)  # a Hugging Face folder: refused unless a BERT
+        return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+    kind = type(saved_config(folder)).__name__
+    if kind == "GPTConfig":
+        model, tok = lm.load_lm_run(folder, **run_on)
+        return Pipeline("generate", model, folder, tok=tok)
+    if kind == "BertConfig":
+        model, tok, max_len = mlm.load_bert(folder, **run_on)
+        return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+    if kind == "TransformerConfig":  # a denoising run: a BART with one tokenizer for both sides
+        from aiayn.data import load_tokenizer
+
+        one = load_tokenizer(folder / "tokenizer.json")
+        return Pipeline("translate", load_model(folder, device, quantize), folder, src_tok=one, tgt_tok=one)
+    if kind in ("ViTConfig", "SwinConfig"):
+        return Pipeline("classify", load_model(folder, device, quantize), folder)
+    if kind == "DetrConfig":
+        detector = detect.load_detector(folder, **run_on)
+        return Pipeline("detect", detector[0], folder, detector=detector)
+    raise ValueError(f"{folder} holds a model ({kind}) that no pipeline runs")
+
+
+__all__ = ["Pipeline", "pipeline"]

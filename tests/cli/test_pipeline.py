@@ -1,0 +1,104 @@
+"""``aiayn.pipeline`` keeps a model loaded and answers what the commands print: for every task its outputs equal
+the command's (``aiayn translate``, ``generate``, ``embed``, ``classify``, ``detect``) and the library function
+behind it, in float32 and with ``quantize="int8"`` / ``--int8``; and it loads the model once."""
+
+import json
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.cli import main
+from aiayn.layers.int8 import is_quantized
+from aiayn.recipes import detect, image, lm, mlm, translation
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def printed(capsys, *argv):
+    """What ``aiayn ARGV`` prints (standard output), asserting it succeeded."""
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int8):
+    run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:4]]
+    p = aiayn.pipeline(run, quantize="int8" if int8 else None)
+    assert p.task == "translate" and is_quantized(p.model) == int8
+    for beam in (1, 3):
+        got = p.translate(texts, beam=beam)
+        assert got == translation.translate(run, texts, beam=beam, quantize="int8" if int8 else None)
+        flags = ["--int8"] if int8 else []
+        out = printed(capsys, "translate", "--run", run, "--beam", beam, *flags, *texts)
+        assert out.splitlines() == [f"{s} -> {h}" for s, h in zip(texts, got)]
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int8):
+    run, q = runs["lm"], "int8" if int8 else None
+    p = aiayn.pipeline(run, quantize=q)
+    text = p.generate("1 May", max_new_tokens=12, temperature=0.0)
+    assert isinstance(text, str)
+    assert text == "".join(lm.generate(run, "1 May", max_new_tokens=12, temperature=0.0, quantize=q))
+    assert "".join(p.generate("1 May", max_new_tokens=12, temperature=0.0, stream=True)) == text
+    assert p.generate(["1 May", "3 June"], max_new_tokens=5, seed=1) == [
+        "".join(lm.generate(run, prompt, max_new_tokens=5, seed=1, quantize=q)) for prompt in ("1 May", "3 June")]
+    flags = ["--int8"] if int8 else []
+    out = printed(capsys, "generate", "--run", run, "--prompt", "1 May", "--max-new-tokens", 12, "--temperature", 0,
+                  *flags)
+    assert out == text + "\n"
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_embed_equals_the_command(runs, capsys, int8):
+    run, q, texts = runs["mlm"], "int8" if int8 else None, ["one two", "three four five"]
+    vectors = aiayn.pipeline(run, quantize=q).embed(texts)
+    torch.testing.assert_close(vectors, mlm.embed(run, texts, quantize=q), rtol=0, atol=0)
+    out = printed(capsys, "embed", "--model", run, *(["--int8"] if int8 else []), *texts)
+    assert [json.loads(line) for line in out.splitlines()] == [[round(v, 6) for v in row] for row in vectors.tolist()]
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_classify_and_detect_equal_the_commands(runs, inputs, capsys, int8, tmp_path):
+    q = "int8" if int8 else None
+    found = aiayn.pipeline(runs["image"], quantize=q).classify(inputs["images"], top=2)
+    assert found == image.classify(runs["image"], inputs["images"], top=2, quantize=q)
+    assert [r["top"] for r in aiayn.pipeline(runs["image"]).classify([image.read_image_file(inputs["images"][0])])] \
+        == [image.classify(runs["image"], inputs["images"][:1])[0]["top"]]  # a tensor in: the same classes
+    out = printed(capsys, "classify", "--run", runs["image"], "--top", 2, *(["--int8"] if int8 else []),
+                  *inputs["images"])
+    assert len(out.splitlines()) == 2 and out.splitlines()[0].startswith(f"{inputs['images'][0]}: ")
+    boxes = aiayn.pipeline(runs["detect"], quantize=q).detect([inputs["shapes"]], threshold=0.0)
+    assert boxes == [detect.detect(runs["detect"], inputs["shapes"], threshold=0.0, out=tmp_path / "d.png",
+                                   verbose=False, quantize=q)["detections"]]
+    assert boxes[0], "a threshold of 0 keeps every query's box"
+
+
+def test_the_model_is_loaded_once(runs, monkeypatch):
+    import aiayn.training.checkpoint as checkpoint
+
+    loads = []
+    real = checkpoint.load
+    monkeypatch.setattr(checkpoint, "load", lambda *a, **k: loads.append(a) or real(*a, **k))
+    monkeypatch.setattr(aiayn, "load", checkpoint.load, raising=False)
+    p = aiayn.pipeline(runs["translation"])
+    for _ in range(3):
+        p.translate(["abc"])
+    assert len(loads) == 1
+
+
+def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
+    p = aiayn.pipeline(runs["lm"])
+    with pytest.raises(ValueError, match="can generate, not translate"):
+        p.translate(["abc"])
+    with pytest.raises(ValueError, match="stream=True takes one prompt"):
+        p.generate(["a", "b"], stream=True)
+    with pytest.raises(ValueError, match="quantize='int4'"):
+        aiayn.pipeline(runs["lm"], quantize="int4")
+    with pytest.raises(ValueError, match="weights= is for translation runs"):
+        aiayn.pipeline(runs["lm"], weights="average.safetensors")
+    with pytest.raises(FileNotFoundError):
+        aiayn.pipeline(runs["lm"] / "nothing")
+    assert aiayn.pipeline(runs["denoise"]).task == "translate"

@@ -1,0 +1,159 @@
+"""``model.generate`` with Hugging Face's arguments against ``transformers``' own ``generate`` (random weights from
+a config, no download), and the sampling it adds to encoder-decoders against the model's probabilities."""
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.decoding import greedy, sample
+from aiayn.decoding.sampling import sample_seq2seq
+
+transformers = pytest.importorskip("transformers")
+pytestmark = [pytest.mark.parity, pytest.mark.usefixtures("one_thread")]  # see conftest.py
+
+V = 50
+
+
+def gpt2(eos=None):
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.3,
+                                  eos_token_id=V - 1 if eos is None else eos, bos_token_id=V - 1)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+    return hf
+
+
+def prompts():
+    """Three prompts of 6, 3 and 5 tokens, padded on the left."""
+    ids = torch.tensor([[5, 9, 12, 7, 3, 4], [0, 0, 0, 8, 4, 1], [0, 11, 2, 6, 6, 30]])
+    mask = torch.tensor([[1] * 6, [0, 0, 0, 1, 1, 1], [0, 1, 1, 1, 1, 1]])
+    return ids, mask
+
+
+def a_common_eos():
+    """A token the random model often predicts, as end-of-text, so rows end at different steps."""
+    hf = gpt2()
+    ids, mask = prompts()
+    out = hf.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0,
+                      eos_token_id=None)[:, 6:]
+    return int(torch.mode(out.flatten()).values)
+
+
+@pytest.fixture(scope="module")
+def eos():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return a_common_eos()
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("options", [
+    {"num_beams": 1},
+    {"num_beams": 3},
+    {"num_beams": 3, "length_penalty": 0.6, "early_stopping": True},
+    {"num_beams": 4, "length_penalty": 0.8, "early_stopping": "never"},
+    {"num_beams": 2, "length_penalty": 0.0},
+], ids=["greedy", "beam-defaults", "beam-early", "beam-never", "beam-no-penalty"])
+def test_gpt_generate_equals_transformers(options, eos):
+    hf = gpt2(eos)
+    ours = aiayn.from_hf(hf)
+    ids, mask = prompts()
+    expected = hf.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, **options)
+    got = ours.generate(ids, attention_mask=mask, max_new_tokens=12, **options)
+    assert (expected[:, 6:] == eos).any(1).sum() >= 1, "some rows should end early"
+    assert got.tolist() == expected.tolist()
+
+
+def test_gpt_generate_max_length_counts_the_prompt_and_the_default_is_transformers_20_new_tokens():
+    hf = gpt2()
+    ours = aiayn.from_hf(hf)
+    ids, mask = prompts()
+    assert ours.generate(ids, attention_mask=mask).shape == hf.generate(ids, attention_mask=mask,
+                                                                        do_sample=False).shape == (3, 6 + 20)
+    assert ours.generate(ids, max_length=9).shape == (3, 9)
+
+
+def test_gpt_sampling_is_the_sampler_with_transformers_default_top_k():
+    ours = aiayn.from_hf(gpt2())
+    ids = torch.tensor([[5, 9, 12], [8, 4, 1]])
+    got = ours.generate(ids, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(3))
+    want = sample(ours, ids, 8, temperature=1.0, top_k=50, generator=torch.Generator().manual_seed(3),
+                  eos_id=ours.cfg.eos_id)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.fixture(scope="module")
+def marian():
+    """A tiny Marian, trained for a few seconds to reverse its input, and its pad id."""
+    from tests.convert.test_marian import PAD, reverser
+
+    return reverser(), PAD
+
+
+SOURCES = torch.tensor([[5, 9, 12, 7, 3, 0], [8, 4, 0, 40, 40, 40], [11, 2, 6, 6, 0, 40]])
+
+
+@pytest.mark.parametrize("options", [
+    {"num_beams": 1},
+    {"num_beams": 4},
+    {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True},
+    {"num_beams": 3, "length_penalty": 1.5, "early_stopping": "never"},
+], ids=["greedy", "beam-defaults", "beam-early", "beam-never"])
+def test_seq2seq_generate_equals_transformers(options, marian):
+    hf, pad = marian
+    ours = aiayn.from_hf(hf)
+    mask = SOURCES.ne(pad).long()
+    expected = hf.generate(SOURCES, attention_mask=mask, max_new_tokens=10, do_sample=False,
+                           bad_words_ids=[[pad]], **options)
+    got = ours.generate(SOURCES, attention_mask=mask, max_new_tokens=10, **options)
+    assert got.tolist() == expected.tolist()
+
+
+def test_seq2seq_sampling_draws_from_the_model_distribution(marian):
+    hf, pad = marian
+    ours = aiayn.from_hf(hf)
+    src = SOURCES[:1].expand(4000, -1)
+    first = sample_seq2seq(ours, src, max_len=1, temperature=1.5, generator=torch.Generator().manual_seed(0))[:, 0]
+    with torch.no_grad():
+        logits = ours.decode(torch.full((1, 1), ours.cfg.bos_id), ours.encode(src[:1]), src[:1])[0, -1]
+    logits[pad] = float("-inf")
+    probs = (logits / 1.5).softmax(-1)
+    seen = torch.bincount(first, minlength=probs.numel()).float() / first.numel()
+    assert probs.max() < 0.9, "the distribution should not be one token"
+    # 4,000 draws: a frequency's standard error is at most 0.008; 0.04 is five of them
+    assert (seen - probs).abs().max() < 0.04
+
+
+def test_seq2seq_sampling_with_top_k_1_is_greedy_and_a_seed_repeats(marian):
+    hf, _ = marian
+    ours = aiayn.from_hf(hf)
+    assert sample_seq2seq(ours, SOURCES, 10, top_k=1).tolist() == greedy(ours, SOURCES, 10).tolist()
+    a = ours.generate(SOURCES, do_sample=True, max_new_tokens=10, generator=torch.Generator().manual_seed(5))
+    b = ours.generate(SOURCES, do_sample=True, max_new_tokens=10, generator=torch.Generator().manual_seed(5))
+    assert a.tolist() == b.tolist() and a[:, 0].eq(ours.cfg.bos_id).all()
+
+
+def test_bad_arguments_are_named(marian):
+    hf, _ = marian
+    ours = aiayn.from_hf(hf)
+    with pytest.raises(TypeError, match="repetition_penalty"):
+        ours.generate(SOURCES, repetition_penalty=1.2)
+    with pytest.raises(ValueError, match="beam sampling"):
+        ours.generate(SOURCES, do_sample=True, num_beams=2)
+    with pytest.raises(ValueError, match="attention_mask"):
+        ours.generate(SOURCES, attention_mask=torch.ones_like(SOURCES))
+    with pytest.raises(ValueError, match="decoder_start_token_id=3"):
+        ours.generate(SOURCES, decoder_start_token_id=3)
+    with pytest.raises(ValueError, match="early_stopping"):
+        ours.generate(SOURCES, num_beams=2, early_stopping="sometimes")
+    gpt = aiayn.from_hf(gpt2())
+    with pytest.raises(ValueError, match="padded on the left"):
+        gpt.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[1, 1, 0]]))
+    with pytest.raises(ValueError, match="max_length=2"):
+        gpt.generate(torch.tensor([[1, 2, 3]]), max_length=2)
