@@ -95,6 +95,30 @@ def test_batched_equals_one_by_one():
     assert len(lengths) > 1  # the batch mixes hypotheses of different lengths
 
 
+def test_a_finished_sentence_is_not_computed_any_further(monkeypatch):
+    model = tiny_model(3, eos_bias=1.5)
+    rows, real = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt, *a, **k: rows.append(tgt.size(0)) or real(tgt, *a, **k))
+    ids = beam_search(model, SRC, beam=4, max_len=12)
+    alone = [beam_search(model, src[src != model.cfg.pad_id][None], beam=4, max_len=12) for src in SRC]
+    assert rows[0] == 4 * 4 and rows == sorted(rows, reverse=True) and rows[-1] < rows[0], rows
+    for row, one in zip(ids, alone):  # what each sentence returns does not depend on the others stopping
+        assert hypothesis(row, model.cfg) == hypothesis(one[0], model.cfg)
+
+
+def test_a_finished_row_leaves_greedy_decoding_and_the_result_stays(monkeypatch):
+    model = tiny_model(3, eos_bias=1.5)
+    rows, real = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt, *a, **k: rows.append(tgt.size(0)) or real(tgt, *a, **k))
+    ids = greedy(model, SRC, max_len=12)
+    assert rows[0] == 4 and rows == sorted(rows, reverse=True) and rows[-1] < rows[0], rows
+    monkeypatch.undo()
+    for src, row in zip(SRC, ids):
+        assert hypothesis(row, model.cfg) == hypothesis(greedy(model, src[src != model.cfg.pad_id][None], 12)[0],
+                                                        model.cfg)
+    assert torch.equal(ids, greedy(model, SRC, max_len=12, use_cache=False))
+
+
 def test_early_stop_loses_nothing():
     # A large alpha favours long hypotheses, so finished short ones can be beaten later: stopping a sentence
     # is only right once no live beam can still win. With alpha = 2 the first two cases differ from stopping as

@@ -60,7 +60,7 @@ STOPS = ("never", False, True)
 
 def _search(
     step: Callable[[Tensor, int], Tensor],
-    reorder: Callable[[Tensor], None] | None,
+    reorder: Callable[[Tensor, bool], None],
     batch: int,
     beam: int,
     first_id: int,
@@ -73,69 +73,86 @@ def _search(
     blocked: int | None,
     device: torch.device,
 ) -> tuple[Tensor, Tensor]:
-    """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(B*K, V)`` of the
-    live hypotheses ``seqs`` ``(B*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far);
-    ``reorder(rows)`` moves the model's cache rows to the surviving beams. Returns ``(ids (B, L), sums (B,))``,
-    the best hypothesis per sentence without ``first_id`` and its summed log-probability."""
-    B, K = batch, beam
+    """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(A*K, V)`` of the
+    live hypotheses ``seqs`` ``(A*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far) of the ``A``
+    sentences still searched; ``reorder(rows, fewer)`` makes the model's rows (its cache, and with ``fewer``
+    its source) the ``rows`` given: the surviving beams, and with ``fewer`` only those of sentences not done,
+    so a finished sentence is not computed any further. Returns ``(ids (B, L), sums (B,))``, the best
+    hypothesis per sentence without ``first_id`` and its summed log-probability."""
+    K = beam
     neg_inf = float("-inf")
-    row0 = torch.arange(B, device=device)[:, None] * K  # (B, 1) first row of each sentence
-    seqs = torch.full((B * K, 1), first_id, dtype=torch.long, device=device)  # (B*K, t+1)
+    active = torch.arange(batch, device=device)  # (A,) the sentences still searched
+    out_ids = torch.full((batch, max_len), pad_id, dtype=torch.long, device=device)  # (B, max_len)
+    out_sum = torch.full((batch,), neg_inf, device=device)  # (B,)
+    seqs = torch.full((batch * K, 1), first_id, dtype=torch.long, device=device)  # (A*K, t+1)
     # Only beam 0 is live at the start, so step 1 does not fill the beam with K copies of one hypothesis.
-    live_sum = torch.full((B, K), neg_inf, device=device)  # (B, K) summed log-probs
+    live_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K) summed log-probs
     live_sum[:, 0] = 0.0
-    fin_seq = torch.full((B, K, max_len), pad_id, dtype=torch.long, device=device)  # (B, K, max_len)
-    fin_sum = torch.full((B, K), neg_inf, device=device)  # (B, K)
-    fin_score = torch.full((B, K), neg_inf, device=device)  # (B, K) length-normalised, best first
-    done = torch.zeros(B, dtype=torch.bool, device=device)  # (B,)
+    fin_seq = torch.full((batch, K, max_len), pad_id, dtype=torch.long, device=device)  # (A, K, max_len)
+    fin_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K)
+    fin_score = torch.full((batch, K), neg_inf, device=device)  # (A, K) length-normalised, best first
+
+    def settle(which: Tensor, score: Tensor, sums: Tensor, seq: Tensor) -> None:
+        """Write the best hypothesis of the sentences ``active[which]`` into the output."""
+        best = score[which].argmax(dim=1, keepdim=True)  # (n, 1)
+        out_ids[active[which]] = _take(seq[which], best)[:, 0]
+        out_sum[active[which]] = sums[which].gather(1, best)[:, 0]
 
     for t in range(1, max_len + 1):  # t: tokens generated after this step
-        logp = step(seqs, t).float().log_softmax(-1)  # (B*K, V)
+        A = active.numel()
+        logp = step(seqs, t).float().log_softmax(-1)  # (A*K, V)
         if blocked is not None:  # padding is not a word (a pad inside a prefix would be masked out on recompute)
             logp[:, blocked] = neg_inf
         V = logp.size(-1)
-        cand_sum = (live_sum.view(B * K, 1) + logp).view(B, K * V)  # (B, K*V)
-        top_sum, top_idx = cand_sum.topk(min(2 * K, K * V), dim=1)  # (B, 2K) best first
-        top_beam, top_tok = top_idx // V, top_idx % V  # (B, 2K)
-        top_seq = torch.cat([_take(seqs.view(B, K, t), top_beam), top_tok[..., None]], dim=2)  # (B, 2K, t+1)
+        cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
+        top_sum, top_idx = cand_sum.topk(min(2 * K, K * V), dim=1)  # (A, 2K) best first
+        top_beam, top_tok = top_idx // V, top_idx % V  # (A, 2K)
+        top_seq = torch.cat([_take(seqs.view(A, K, t), top_beam), top_tok[..., None]], dim=2)  # (A, 2K, t+1)
         is_eos = top_tok == eos_id if eos_id is not None else torch.zeros_like(top_tok, dtype=torch.bool)
 
         # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
         # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
-        # A sentence already done takes no more: what it returns is fixed when it stops.
-        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos | done[:, None], neg_inf)[:, :K]
-        new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=pad_id)  # (B, K, max_len)
-        fin_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (B, K)
-        fin_sum = _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep)  # (B, K)
-        fin_seq = _take(torch.cat([fin_seq, new_seq], dim=1), keep)  # (B, K, max_len)
+        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (A, K)
+        new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=pad_id)  # (A, K, max_len)
+        fin_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
+        fin_sum = _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep)  # (A, K)
+        fin_seq = _take(torch.cat([fin_seq, new_seq], dim=1), keep)  # (A, K, max_len)
 
         # Live: the first K candidates that do not end in </s> (a stable sort moves them to the front).
-        pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (B, K)
-        live_sum = top_sum.gather(1, pick)  # (B, K) still best first
-        seqs = _take(top_seq, pick).view(B * K, t + 1)  # (B*K, t+1)
-        if reorder is not None:
-            reorder((row0 + top_beam.gather(1, pick)).view(-1))  # (B*K,) rows the new beams extend
-
+        pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (A, K)
+        live_sum = top_sum.gather(1, pick)  # (A, K) still best first
+        seqs = _take(top_seq, pick).view(A * K, t + 1)  # (A*K, t+1)
         if t == max_len:
             break
-        done |= _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping)
-        if bool(done.all()):
-            break
+        rows = torch.arange(A, device=device)[:, None] * K + top_beam.gather(1, pick)  # (A, K) rows extended
+        done = _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping)  # (A,)
+        if not bool(done.any()):  # the one read back from the device per step
+            reorder(rows.view(-1), False)
+            continue
+        # Sentences that stop: their result is fixed now; the others go on without them.
+        settle(done, fin_score, fin_sum, fin_seq)
+        go = (~done).nonzero()[:, 0]  # (A',)
+        if go.numel() == 0:
+            return _trim(out_ids, eos_id), out_sum
+        active, live_sum, fin_score, fin_sum, fin_seq = (x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq))
+        seqs = seqs.view(A, K, -1)[go].view(go.numel() * K, -1)
+        reorder(rows[go].view(-1), True)
 
-    if not bool(done.all()):
-        # Cut by max_len: live hypotheses of unfinished sentences compete as they stand.
-        stand = (live_sum / penalty(max_len, length_penalty)).masked_fill(done[:, None], neg_inf)  # (B, K)
-        live_seq = seqs.view(B, K, -1)[:, :, 1:]  # (B, K, max_len)
-        fin_score = torch.cat([fin_score, stand], dim=1)  # (B, 2K)
-        fin_sum = torch.cat([fin_sum, live_sum], dim=1)
-        fin_seq = torch.cat([fin_seq, live_seq], dim=1)
+    # Cut by max_len: live hypotheses compete as they stand.
+    stand = live_sum / penalty(max_len, length_penalty)  # (A, K)
+    everyone = torch.ones(active.numel(), dtype=torch.bool, device=device)
+    settle(everyone, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
+           torch.cat([fin_seq, seqs.view(active.numel(), K, -1)[:, :, 1:]], dim=1))
+    return _trim(out_ids, eos_id), out_sum
 
-    best = fin_score.argmax(dim=1, keepdim=True)  # (B, 1)
-    ids = _take(fin_seq, best)[:, 0]  # (B, max_len)
-    if eos_id is not None:  # drop columns that are padding everywhere (after every row's </s>)
-        ended = (ids == eos_id).long().cumsum(1) - (ids == eos_id).long() > 0  # (B, max_len) after the </s>
-        ids = ids[:, : int((~ended).sum(1).max())]
-    return ids, fin_sum.gather(1, best)[:, 0]
+
+def _trim(ids: Tensor, eos_id: int | None) -> Tensor:
+    """``(B, L)`` ids without the columns that are padding in every row (after every row's ``eos_id``)."""
+    if eos_id is None:
+        return ids
+    is_eos = (ids == eos_id).long()
+    ended = is_eos.cumsum(1) - is_eos > 0  # (B, L) after the row's </s>
+    return ids[:, : int((~ended).sum(1).max())]
 
 
 def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: float,
@@ -208,8 +225,13 @@ def beam_search(
     def step(seqs: Tensor, t: int) -> Tensor:
         return net.decode(seqs[:, -1:] if cache is not None else seqs, memory, src_k, cache=cache)[:, -1]
 
-    # the new beams extend rows of the same sentence, so of the same source: cross-attention stays
-    reorder = None if cache is None else (lambda rows: cache.reorder(rows, cross=False))
+    def reorder(rows: Tensor, fewer: bool) -> None:
+        nonlocal memory, src_k
+        if cache is not None:  # the new beams extend rows of the same sentence: cross-attention stays, unless fewer
+            cache.reorder(rows, cross=fewer)
+        if fewer:
+            memory, src_k = memory.index_select(0, rows), src_k.index_select(0, rows)
+
     ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, cfg.eos_id, cfg.pad_id, max_len, length_penalty,
                         penalty, early_stopping, cfg.pad_id, src.device)
     model.train(was_training)
@@ -259,7 +281,7 @@ def beam_search_lm(
     model.eval()
     K, device = beam, prompt.device
     prompt_k = prompt.repeat_interleave(K, dim=0)  # (B*K, T)
-    real = None
+    real: Tensor | None = None
     if attention_mask is not None and not bool(attention_mask.bool().all()):
         real = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device)  # (B*K, T + N)
         real[:, :T] = attention_mask.bool().repeat_interleave(K, dim=0)
@@ -274,7 +296,14 @@ def beam_search_lm(
         mask = None if real is None else real[:, : T + t - 1]
         return model(ids, attention_mask=mask, cache=cache)[:, -1]
 
-    reorder = None if cache is None else (lambda rows: cache.reorder(rows, cross=False))
+    def reorder(rows: Tensor, fewer: bool) -> None:
+        nonlocal prompt_k, real
+        if cache is not None:
+            cache.reorder(rows, cross=False)
+        if fewer:
+            prompt_k = prompt_k.index_select(0, rows)
+            real = None if real is None else real.index_select(0, rows)
+
     first = int(prompt[0, -1])  # any id: the placeholder is never fed to the model
     pad = eos_id if eos_id is not None else first
     ids, sums = _search(step, reorder, B, K, first, eos_id, pad, max_new_tokens, length_penalty, penalty,

@@ -69,8 +69,10 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
 @torch.no_grad()
 def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor], max_len: int | None = None,
                 use_cache: bool = True) -> Tensor:
-    """Decode token by token, ``choose`` picking each next token ``(B,)`` from the logits ``(B, V)`` (padding
-    already excluded): argmax is :func:`greedy`, a draw is :func:`~aiayn.decoding.sampling.sample_seq2seq`."""
+    """Decode token by token, ``choose`` picking each next token ``(A,)`` from the logits ``(A, V)`` of the rows
+    still decoding (padding already excluded): argmax is :func:`greedy`, a draw is
+    :func:`~aiayn.decoding.sampling.sample_seq2seq`. A row that has produced ``</s>`` leaves the batch (its
+    cache rows and source with it), so it is not computed any further."""
     check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
@@ -78,16 +80,24 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     model.eval()
     max_len = src.size(1) + 50 if max_len is None else max_len
     memory = net.encode(src)
-    ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    out = torch.full((src.size(0), max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
+    alive = torch.arange(src.size(0), device=src.device)  # (A,) the rows still decoding
+    ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (A, t) their prefixes
     cache = net.new_cache(max_len) if use_cache else None
-    for _ in range(max_len):
-        logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (B, V)
+    steps = 0
+    for steps in range(1, max_len + 1):
+        logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (A, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
-        nxt = choose(logits).masked_fill(done, cfg.pad_id)
+        nxt = choose(logits)  # (A,)
+        out[alive, steps - 1] = nxt
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated
-        done |= nxt == cfg.eos_id
-        if bool(done.all()):
-            break
+        ended = nxt == cfg.eos_id
+        if bool(ended.any()):  # the one read back from the device per step
+            keep = (~ended).nonzero()[:, 0]  # (A',)
+            if keep.numel() == 0:
+                break
+            alive, ys, memory, src = alive[keep], ys[keep], memory[keep], src[keep]
+            if cache is not None:
+                cache.reorder(keep)
     model.train(was_training)
-    return ys[:, 1:]
+    return out[:, :steps]
