@@ -1,24 +1,39 @@
-"""The benchmark cases: ours against PyTorch's and Hugging Face's models, on the same work.
+"""The benchmark cases: ours against PyTorch's, Hugging Face's and CTranslate2's models, on the same work.
 
 Each case builds its models (random weights, no downloads), checks that ours computes what each peer
 computes (the same logits within a tolerance, the same generated tokens) and returns a
 :class:`~aiayn.benchmark.harness.Case` whose sides each do one unit of work. ``quick=True`` shrinks every
 size so the whole set runs in seconds (the tests); the numbers then mean nothing.
 
-    case            unit of work                                           peers
-    train-small     training step, Transformer d256 3+3 layers, vocab 8k  torch.nn.Transformer, MarianMTModel
-    train-base      training step, transformer-base, vocab 8k              torch.nn.Transformer, MarianMTModel
-    decode-greedy   greedy translation with our KV cache                   MarianMTModel.generate
-    decode-beam     beam search (4) with our KV cache                      MarianMTModel.generate
-    gpt2-generate   gpt2 greedy generation, batch 1                        GPT2LMHeadModel.generate
-    gpt2-train      gpt2 training step, AdamW                              GPT2LMHeadModel
-    swin-forward    swin-t forward, 224 px, eval                           SwinForImageClassification
-    vit-forward     vit-b16 forward, 224 px, eval                          ViTForImageClassification
+    case                    unit of work                                           peers
+    train-small             training step, Transformer d256 3+3 layers, vocab 8k  torch.nn.Transformer, MarianMTModel
+    train-base              training step, transformer-base, vocab 8k              torch.nn.Transformer, MarianMTModel
+    decode-greedy           greedy translation with our KV cache                   MarianMTModel.generate
+    decode-beam             beam search (4) with our KV cache                      MarianMTModel.generate
+    gpt2-generate           gpt2 greedy generation, batch 1                        GPT2LMHeadModel.generate
+    gpt2-train              gpt2 training step, AdamW                              GPT2LMHeadModel
+    swin-forward            swin-t forward, 224 px, eval                           SwinForImageClassification
+    vit-forward             vit-b16 forward, 224 px, eval                          ViTForImageClassification
+    gpt2-generate-ct2       gpt2-generate's work                                   GPT2LMHeadModel.generate,
+                                                                                   ctranslate2.Generator
+    gpt2-generate-ct2-int8  the same in int8                                       ctranslate2.Generator
+    decode-greedy-ct2       decode-greedy's work                                   MarianMTModel.generate,
+                                                                                   ctranslate2.Translator
+    decode-greedy-ct2-int8  the same in int8                                       ctranslate2.Translator
+    decode-beam-ct2         decode-beam's work, length penalty 0.6                 MarianMTModel.generate,
+                                                                                   ctranslate2.Translator
+    decode-beam-ct2-int8    the same in int8                                       ctranslate2.Translator
 
 Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf``; the ``torch.nn.Transformer``
-peer gets our weights copied in. The training cases use one loss and one optimizer per family on every side:
-label-smoothed cross-entropy (epsilon 0.1: ours from :mod:`aiayn.training.losses`, the peers
-``F.cross_entropy(label_smoothing=0.1)``) and Adam as the paper sets it; GPT-2 plain cross-entropy and AdamW.
+peer gets our weights copied in, and CTranslate2's models are converted from the Hugging Face ones
+(:mod:`aiayn.benchmark.ct2`; CTranslate2 is optional: ``pip install "aiayn[bench]"``, and without it
+``aiayn bench`` skips the ``-ct2`` cases). The ``-int8`` cases run :func:`aiayn.layers.int8.quantize` of ours
+against CTranslate2's int8 on the CPU; their tokens are not required to equal (rounding differs), and each
+side's share of tokens agreeing with float32 is recorded.
+
+The training cases use one loss and one optimizer per family on every side: label-smoothed cross-entropy (epsilon
+0.1: ours from :mod:`aiayn.training.losses`, the peers ``F.cross_entropy(label_smoothing=0.1)``) and Adam as the
+paper sets it; GPT-2 plain cross-entropy and AdamW.
 
 Shapes: B batch, S source length, T target length, N new tokens, V vocabulary.
 """
@@ -28,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -35,8 +51,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import aiayn
-from aiayn.benchmark.harness import Case, Side, Target, memory_bandwidth
+from aiayn.benchmark.harness import Case, Side, Target, Unavailable, count_flops, memory_bandwidth
 from aiayn.decoding import beam_search, greedy, sample
+from aiayn.models.gpt import GPT
 from aiayn.models.transformer import Transformer, TransformerConfig
 from aiayn.training.losses import label_smoothed_loss
 
@@ -255,6 +272,48 @@ def train_base(quick: bool, device: torch.device) -> Case:
 
 # --- translation: decoding ----------------------------------------------------------------------------------
 
+@dataclass
+class Translation:
+    """The decoding cases' work: a Marian-shaped model with random weights, ours converted from it, the sources
+    ``src`` ``(B, S)`` (no padding) and ``new`` tokens to generate per sentence."""
+
+    cfg: TransformerConfig
+    hf: Any  # MarianMTModel: .generate
+    ours: Transformer
+    src: Tensor
+    new: int
+
+
+def translation(quick: bool, device: torch.device) -> Translation:
+    """:func:`small_transformer` as a ``MarianMTModel`` whose ``</s>`` and padding have a logits bias of -10^4,
+    so no side ever ends a sentence and every side makes exactly ``new`` tokens with no logits processor; 16
+    sources of 24 tokens, 64 new tokens (quick: 3 x 6, 6)."""
+    cfg = small_transformer(quick)
+    batch, length, new = (3, 6, 6) if quick else (16, 24, 64)
+    torch.manual_seed(0)
+    hf: Any = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()
+    ours = aiayn.from_hf(hf).eval()
+    src = torch.randint(3, cfg.src_vocab_size, (batch, length))  # (B, S)
+    return Translation(cfg, hf.to(device), ours.to(device), src.to(device), new)
+
+
+def decode(model: nn.Module, src: Tensor, beam: int, new: int, length_penalty: float) -> Tensor:
+    """Ours: ``new`` tokens per sentence ``(B, N)``, greedy for ``beam=1``, else beam search ranking by
+    ``logprob / len ** length_penalty`` (Hugging Face's and CTranslate2's normalisation)."""
+    if beam == 1:
+        return greedy(model, src, max_len=new)
+    ids = beam_search(model, src, beam=beam, length_penalty=length_penalty, max_len=new, normalize="length")
+    return cast(Tensor, ids)  # the tokens alone: no return_scores
+
+
+def generate_marian(hf: Any, src: Tensor, beam: int, new: int, length_penalty: float) -> Tensor:
+    """``MarianMTModel.generate``: ``new`` tokens per sentence ``(B, N)``, without the start token."""
+    beams = {} if beam == 1 else {"num_beams": beam, "length_penalty": length_penalty}
+    out = hf.generate(input_ids=src, attention_mask=torch.ones_like(src), do_sample=False, max_new_tokens=new,
+                      **beams)
+    return out[:, 1:]
+
+
 def translation_decoding(name: str, beam: int, quick: bool, device: torch.device) -> Case:
     """Decode a batch with our cache against ``MarianMTModel.generate`` on the same weights.
 
@@ -263,26 +322,14 @@ def translation_decoding(name: str, beam: int, quick: bool, device: torch.device
     logits processors on either side). With every hypothesis the same length, beam search ranks by log-prob
     on both sides, whatever the length penalty.
     """
-    cfg = small_transformer(quick)
-    batch, length, new = (3, 6, 6) if quick else (16, 24, 64)
-    torch.manual_seed(0)
-    hf: Any = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()  # MarianMTModel: .generate
-    ours = aiayn.from_hf(hf).eval()
-    hf, ours = hf.to(device), ours.to(device)
-    src = torch.randint(3, cfg.src_vocab_size, (batch, length), device=device)  # (B, S)
-    mask = torch.ones_like(src)
+    t = translation(quick, device)
+    cfg, (batch, length), new = t.cfg, t.src.shape, t.new
 
     def run_ours() -> Tensor:
-        if beam == 1:
-            return greedy(ours, src, max_len=new)
-        ids = beam_search(ours, src, beam=beam, length_penalty=1.0, max_len=new, normalize="length")
-        return cast(Tensor, ids)  # the tokens alone: no return_scores
-
-    beams = {} if beam == 1 else {"num_beams": beam, "length_penalty": 1.0}
+        return decode(t.ours, t.src, beam, new, length_penalty=1.0)
 
     def run_hf() -> Tensor:
-        out = hf.generate(input_ids=src, attention_mask=mask, do_sample=False, max_new_tokens=new, **beams)
-        return out[:, 1:]  # (B, N) without the start token
+        return generate_marian(t.hf, t.src, beam, new, length_penalty=1.0)
 
     got, expected = run_ours(), run_hf()
     check = same(f"generated ids, {new} tokens per sentence on both sides", got, expected)
@@ -294,7 +341,7 @@ def translation_decoding(name: str, beam: int, quick: bool, device: torch.device
     target = Target(1.5)
     return Case(name, what, [Side("aiayn", run_ours), Side("MarianMTModel.generate", run_hf)], units=batch * new,
                 unit="tokens", checks={"MarianMTModel.generate": check}, target=target,
-                extra={"config": dataclasses.asdict(ours.cfg), "batch": batch, "source_length": length,
+                extra={"config": dataclasses.asdict(t.ours.cfg), "batch": batch, "source_length": length,
                        "new_tokens": new, "beam": beam})
 
 
@@ -321,6 +368,29 @@ def gpt2_hf(quick: bool) -> nn.Module:
     return transformers.GPT2LMHeadModel(cfg)
 
 
+@dataclass
+class Generation:
+    """The GPT-2 generation cases' work: ``GPT2LMHeadModel`` with random weights and no end token in its
+    generation config, ours converted from it, a ``(1, T)`` prompt and ``new`` tokens to generate."""
+
+    hf: Any  # GPT2LMHeadModel: .generate
+    ours: GPT
+    prompt: Tensor
+    new: int
+
+
+def generation(quick: bool, device: torch.device) -> Generation:
+    """:func:`gpt2_hf` with neither an end token nor a padding token to generate with, so it takes every step
+    with no logits processor added, as ours given no ``eos_id``; a 16-token prompt, 256 new tokens (quick: 4, 8)."""
+    prompt_len, new = (4, 8) if quick else (16, 256)
+    hf: Any = gpt2_hf(quick).eval()
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = None
+    ours = aiayn.from_hf(hf).eval()
+    prompt = torch.randint(0, ours.cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    return Generation(hf.to(device), ours.to(device), prompt.to(device), new)
+
+
 def gpt2_generate(quick: bool, device: torch.device) -> Case:
     """Greedy generation with the KV cache, batch 1, against ``GPT2LMHeadModel.generate`` on the same weights.
 
@@ -332,14 +402,9 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
     (all parameters except the position table, of which one row is read; the token table is read whole by
     the tied output projection). The bandwidth is measured with a large copy.
     """
-    prompt_len, new = (4, 8) if quick else (16, 256)
-    hf: Any = gpt2_hf(quick).eval()  # GPT2LMHeadModel: .generation_config, .generate
-    hf.generation_config.eos_token_id = None  # run all N steps, with no logits processor added
-    hf.generation_config.pad_token_id = None
-    ours = aiayn.from_hf(hf).eval()
-    hf, ours = hf.to(device), ours.to(device)
-    prompt = torch.randint(0, ours.cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
-    prompt = prompt.to(device)
+    g = generation(quick, device)
+    hf, ours, prompt, new = g.hf, g.ours, g.prompt, g.new
+    prompt_len = prompt.size(1)
     mask = torch.ones_like(prompt)
 
     def run_ours() -> Tensor:
@@ -353,7 +418,8 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
     check["ok"] = check["ok"] and got.shape == (1, prompt_len + new)
 
     weights = {id(p): p for p in ours.parameters()}  # tied tables once
-    read = sum(p.numel() * p.element_size() for p in weights.values()) - ours.embed.positions.weight.nbytes
+    positions = cast(nn.Embedding, ours.embed.positions)  # GPT-2's learned table
+    read = sum(p.numel() * p.element_size() for p in weights.values()) - positions.weight.nbytes
     bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
     ceiling = bandwidth / read
     what = (f"gpt2 ({_millions(ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
@@ -413,6 +479,188 @@ def gpt2_train(quick: bool, device: torch.device) -> Case:
             f"weights")
     return Case("gpt2-train", what, sides, units=batch * length, unit="tokens",
                 checks={"GPT2LMHeadModel": check}, extra={"batch": batch, "length": length})
+
+
+# --- against CTranslate2 -----------------------------------------------------------------------------------
+
+CT2_LENGTH_PENALTY = 0.6  # section 6.1's alpha, as len ** alpha on every side (CTranslate2 has no GNMT penalty)
+INT8_WORDS = ("in int8 (ours: aiayn.layers.int8.quantize, every Linear and token table, fbgemm's dynamic int8 "
+              "products; CTranslate2: int8 weights, compute type int8)")
+
+
+def _ct2(device: torch.device) -> Any:
+    """:mod:`aiayn.benchmark.ct2`, once CTranslate2 is known to be installed and the device is the CPU."""
+    from aiayn.benchmark import ct2
+
+    ct2.require()
+    if device.type != "cpu":
+        raise Unavailable(f"runs on the CPU only (fbgemm's int8 kernels, CTranslate2's CPU build), not {device}")
+    return ct2
+
+
+def _threads() -> str:
+    """The threads every side runs on (torch's, and CTranslate2's ``intra_threads``)."""
+    n = torch.get_num_threads()
+    return f"{n} thread" + ("s" if n != 1 else "")
+
+
+def agreement(got: Tensor, expected: Tensor) -> float:
+    """The share of positions where ``got`` and ``expected`` ``(B, N)`` hold the same id; 0 if their shapes
+    differ."""
+    return (got == expected).float().mean().item() if got.shape == expected.shape else 0.0
+
+
+def agreeing_prefix(got: Tensor, expected: Tensor) -> float:
+    """Tokens before the first difference between ``got`` and ``expected`` ``(B, N)``, the mean over rows; 0 if
+    their shapes differ."""
+    if got.shape != expected.shape:
+        return 0.0
+    return (got == expected).long().cumprod(dim=1).sum(dim=1).float().mean().item()  # (B,) leading run, averaged
+
+
+def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Callable[[nn.Module], Tensor],
+                peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any]) -> Case:
+    """A case of ours against CTranslate2 (and, at float32, Hugging Face) at ``precision``.
+
+    Args:
+        model: ours at float32; at ``"int8"`` the sides run :func:`aiayn.layers.int8.quantize` of it.
+        ours: decodes with a model, giving the new tokens ``(B, N)``; every peer's ``run`` gives them too.
+        unit_shape: ``(B, N)``: every side must take every step.
+
+    At float32 every peer must give ours' tokens. In int8 rounding may flip a close choice, and a sequence
+    goes its own way from there, so tokens are not required to agree: ``extra["agreement_with_float32"]``
+    holds each side's share of tokens equal to ours' at float32 (which the float32 case checks CTranslate2
+    reproduces), and ``extra["agreeing_prefix_with_float32"]`` how many tokens per sequence agree before the
+    first difference. The FLOPs are counted on ours at float32 (PyTorch does not count the int8 products).
+    """
+    extra = {**extra, "precision": precision, "new_tokens": unit_shape[1]}
+    if precision == "float32":
+        expected = ours(model)
+        checks = {}
+        for peer in peers:
+            got = peer.run()
+            check = same(f"generated ids, {unit_shape[1]} tokens per sequence on both sides", got, expected)
+            check["ok"] = check["ok"] and got.shape == unit_shape
+            checks[peer.name] = check
+        sides = [Side("aiayn", lambda: ours(model)), *peers]
+        return Case(name, what, sides, units=unit_shape[0] * unit_shape[1], unit="tokens", checks=checks,
+                    target=Target(1.0), extra=extra)
+
+    from aiayn.layers.int8 import quantize
+
+    reference: list[Tensor] = []
+    flops = count_flops(lambda: reference.append(ours(model)))
+    small = quantize(model)
+    mine = ours(small)
+    outputs = {"aiayn": mine}
+    checks = {}
+    for peer in peers:
+        got = outputs[peer.name] = peer.run()
+        checks[peer.name] = {"what": f"int8: {unit_shape[1]} tokens per sequence on both sides, not required to equal "
+                                     f"(rounding differs); shares agreeing with float32 in extra",
+                             "shape": list(got.shape), "agreement_with_ours": agreement(got, mine),
+                             "ok": got.shape == unit_shape and mine.shape == unit_shape}
+    extra["agreement_with_float32"] = {k: agreement(v, reference[0]) for k, v in outputs.items()}
+    extra["agreeing_prefix_with_float32"] = {k: agreeing_prefix(v, reference[0]) for k, v in outputs.items()}
+    return Case(name, what, [Side("aiayn", lambda: ours(small)), *peers], units=unit_shape[0] * unit_shape[1],
+                unit="tokens", checks=checks, target=Target(1.0), flops=flops, extra=extra)
+
+
+def gpt2_ct2(precision: str, quick: bool, device: torch.device) -> Case:
+    """:func:`gpt2_generate`'s work against CTranslate2's ``Generator`` on the same weights (and at float32 also
+    ``GPT2LMHeadModel.generate``). CTranslate2 gets ``end_token=[]``: no token ends its sequence, as ours has
+    no ``eos_id`` and Hugging Face's config no end token, so every side takes every step and none changes a
+    logit."""
+    ct2 = _ct2(device)
+    g = generation(quick, device)
+    hf, prompt, new = g.hf, g.prompt, g.new
+    eos = hf.config.eos_token_id
+    vocab = ct2.Vocabulary(g.ours.cfg.vocab_size, {eos: "<|endoftext|>"}, bos=eos, eos=eos)
+    generator = ct2.generator(hf, vocab, precision)
+    start, t = vocab.tokens(prompt), prompt.size(1)
+    mask = torch.ones_like(prompt)
+
+    def run_ours(model: nn.Module) -> Tensor:
+        return cast(Tensor, sample(model, prompt, new, temperature=0))[:, t:]  # (1, N) a tensor prompt: a tensor
+
+    def run_hf() -> Tensor:
+        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)[:, t:]
+
+    def run_ct2() -> Tensor:
+        out = generator.generate_batch(start, max_length=new, include_prompt_in_result=False, end_token=[],
+                                       beam_size=1)
+        return torch.tensor([r.sequences_ids[0] for r in out])  # (1, N)
+
+    peer = Side("ctranslate2.Generator", run_ct2, torch_memory=False)
+    peers = [Side("GPT2LMHeadModel.generate", run_hf), peer] if precision == "float32" else [peer]
+    against = " and ".join(p.name for p in peers)
+    words = "float32" if precision == "float32" else INT8_WORDS
+    what = (f"gpt2 ({_millions(g.ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
+            f"{t}-token prompt, {new} new tokens, {words}, against {against} (CTranslate2 {ct2.version()}, "
+            f"{_threads()}) on the same weights; no side has an end token")
+    name = "gpt2-generate-ct2" + ("" if precision == "float32" else "-int8")
+    return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new),
+                       {"prompt_tokens": t, "ctranslate2": ct2.version()})
+
+
+def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: torch.device) -> Case:
+    """:func:`translation_decoding`'s work against CTranslate2's ``Translator`` on the same weights (and at
+    float32 also ``MarianMTModel.generate``); beam search ranks by ``logprob / len ** 0.6`` on every side (every
+    hypothesis has ``N`` tokens, so the ranking is by log-prob whatever the penalty)."""
+    ct2 = _ct2(device)
+    tr = translation(quick, device)
+    cfg, src, new = tr.cfg, tr.src, tr.new
+    vocab = ct2.Vocabulary(cfg.tgt_vocab_size, {cfg.pad_id: "<pad>", cfg.bos_id: "<s>", cfg.eos_id: "</s>"},
+                           bos=cfg.bos_id, eos=cfg.eos_id)
+    translator = ct2.translator(tr.hf, vocab, precision)
+    source = vocab.tokens(src)
+
+    def run_ours(model: nn.Module) -> Tensor:
+        return decode(model, src, beam, new, CT2_LENGTH_PENALTY)
+
+    def run_hf() -> Tensor:
+        return generate_marian(tr.hf, src, beam, new, CT2_LENGTH_PENALTY)
+
+    def run_ct2() -> Tensor:
+        out = translator.translate_batch(source, beam_size=beam, length_penalty=CT2_LENGTH_PENALTY,
+                                         max_decoding_length=new)
+        return vocab.ids([r.hypotheses[0] for r in out])  # (B, N)
+
+    peer = Side("ctranslate2.Translator", run_ct2, torch_memory=False)
+    peers = [Side("MarianMTModel.generate", run_hf), peer] if precision == "float32" else [peer]
+    how = "greedy decoding" if beam == 1 else f"beam search (beam {beam}, length penalty {CT2_LENGTH_PENALTY})"
+    against = " and ".join(p.name for p in peers)
+    words = "float32" if precision == "float32" else INT8_WORDS
+    what = (f"translation, {how} with our KV cache, {words}, against {against} (CTranslate2 {ct2.version()}, "
+            f"{_threads()}) on the same weights ({_describe(cfg)}), batch {src.size(0)} sources "
+            f"of {src.size(1)} tokens, {new} tokens generated per sentence (end of sentence blocked on every side)")
+    return against_ct2(name, what, precision, tr.ours, run_ours, peers, (src.size(0), new),
+                       {"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0), "source_length": src.size(1),
+                        "beam": beam, "ctranslate2": ct2.version()})
+
+
+def gpt2_generate_ct2(quick: bool, device: torch.device) -> Case:
+    return gpt2_ct2("float32", quick, device)
+
+
+def gpt2_generate_ct2_int8(quick: bool, device: torch.device) -> Case:
+    return gpt2_ct2("int8", quick, device)
+
+
+def decode_greedy_ct2(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-greedy-ct2", 1, "float32", quick, device)
+
+
+def decode_greedy_ct2_int8(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-greedy-ct2-int8", 1, "int8", quick, device)
+
+
+def decode_beam_ct2(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-beam-ct2", 4, "float32", quick, device)
+
+
+def decode_beam_ct2_int8(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-beam-ct2-int8", 4, "int8", quick, device)
 
 
 # --- vision -------------------------------------------------------------------------------------------------
@@ -477,6 +725,12 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "gpt2-train": gpt2_train,
     "swin-forward": swin_forward,
     "vit-forward": vit_forward,
+    "gpt2-generate-ct2": gpt2_generate_ct2,
+    "gpt2-generate-ct2-int8": gpt2_generate_ct2_int8,
+    "decode-greedy-ct2": decode_greedy_ct2,
+    "decode-greedy-ct2-int8": decode_greedy_ct2_int8,
+    "decode-beam-ct2": decode_beam_ct2,
+    "decode-beam-ct2-int8": decode_beam_ct2_int8,
 }
 
 __all__ = ["CASES", "TorchTransformer", "base_transformer", "close", "marian", "same", "small_transformer"]

@@ -66,12 +66,19 @@ def _sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *a
 KERNELS = {**KERNEL_FLOPS, **({_CPU_SDPA_BACKWARD: _sdpa_backward_flops} if _CPU_SDPA_BACKWARD is not None else {})}
 
 
+class Unavailable(RuntimeError):
+    """A case that cannot run here: a peer that is not installed, a device its peer does not run on. The message
+    says why (and what to install); :func:`~aiayn.benchmark.run.run_bench` skips the case with it."""
+
+
 @dataclass
 class Side:
-    """One contender: ``run()`` does one unit of work."""
+    """One contender: ``run()`` does one unit of work. ``torch_memory=False`` marks a side that allocates
+    outside PyTorch (a C++ engine): the profiler does not see its memory, and the page reports none for it."""
 
     name: str
     run: Callable[[], Any]
+    torch_memory: bool = True
 
 
 @dataclass(frozen=True)
@@ -235,11 +242,13 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
 
     Returns:
         ``{"case", "what", "unit", "units", "flops", "rounds", "sides": {name: {"seconds", "median_s",
-        "throughput", "mfu", "mfu_q1", "mfu_q3", "peak_memory_bytes"}}, "peers": {name: {"ratios", "ratio",
-        "ratio_q1", "ratio_q3", "check", "met"}}, "target", "extra"}``. ``ratio`` is the median of the per-round
-        ratios ``ratios`` and ``ratio_q1``/``ratio_q3`` their quartiles (:func:`quartiles`); ``mfu`` is at the
-        median time and ``mfu_q1``/``mfu_q3`` are the quartiles of the per-round MFU. ``met`` is ``None``
-        without a target, else :func:`meets`: decided by the lower quartiles, not the medians.
+        "throughput", "mfu", "mfu_q1", "mfu_q3", "peak_memory_bytes", "torch_memory"}}, "peers": {name: {"ratios",
+        "ratio", "ratio_q1", "ratio_q3", "check", "met"}}, "target", "extra"}``. ``ratio`` is the median of the
+        per-round ratios ``ratios`` and ``ratio_q1``/``ratio_q3`` their quartiles (:func:`quartiles`); ``mfu`` is at
+        the median time and ``mfu_q1``/``mfu_q3`` are the quartiles of the per-round MFU. ``met`` is ``None``
+        without a target, else :func:`meets`: decided by the lower quartiles, not the medians. A side with
+        ``torch_memory`` false has its ``peak_memory_bytes`` measured all the same, but they count only what
+        PyTorch allocated for it (the tensor it hands back), not its own.
     """
     device, ours = settings.device, case.sides[0]
     flops = case.flops if case.flops is not None else count_flops(ours.run)
@@ -258,7 +267,7 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
         mfu_q1, mfu_q3 = quartiles([flops / t / settings.peak_flops for t in seconds[s.name]])
         sides[s.name] = {"seconds": seconds[s.name], "median_s": median, "throughput": case.units / median,
                          "mfu": flops / median / settings.peak_flops, "mfu_q1": mfu_q1, "mfu_q3": mfu_q3,
-                         "peak_memory_bytes": memory[s.name]}
+                         "peak_memory_bytes": memory[s.name], "torch_memory": s.torch_memory}
     target = None if case.target is None else {"ratio": case.target.ratio, "mfu": case.target.mfu}
     peers = {}
     for s in case.sides[1:]:
@@ -317,6 +326,7 @@ __all__ = [
     "Settings",
     "Side",
     "Target",
+    "Unavailable",
     "count_flops",
     "machine",
     "matmul_peak",

@@ -10,7 +10,7 @@ import torch
 
 from aiayn.benchmark import scaling
 from aiayn.benchmark.cases import CASES
-from aiayn.benchmark.harness import MIN_ROUNDS, Settings, machine, matmul_peak, measure, write_result
+from aiayn.benchmark.harness import MIN_ROUNDS, Settings, Unavailable, machine, matmul_peak, measure, write_result
 from aiayn.benchmark.report import write_report
 from aiayn.models.config import suggest
 
@@ -34,7 +34,9 @@ def run_bench(names: list[str] | None = None, out: str | Path = "benchmarks/resu
         echo: where progress lines go (``None``: nowhere).
 
     Returns:
-        ``{case: results}``, as written to the files.
+        ``{case: results}``, as written to the files; a case that cannot run here (its peer is not installed, or
+        does not run on ``device``: :class:`~aiayn.benchmark.harness.Unavailable`) is skipped with a line
+        saying why, and is not in it.
     """
     names = list(NAMES) if names is None else list(names)
     for name in names:
@@ -57,7 +59,12 @@ def run_bench(names: list[str] | None = None, out: str | Path = "benchmarks/resu
             if name == "scaling":
                 result = scaling.run(settings, out)
             else:
-                result = measure(CASES[name](quick, dev), settings)
+                try:
+                    case = CASES[name](quick, dev)
+                except Unavailable as e:  # a peer not installed, a device it does not run on
+                    say(f"{name}: skipped: {e}")
+                    continue
+                result = measure(case, settings)
             result.update(quick=quick, machine=machine(dev), matmul_peak_flops=peak)
             path = write_result(result, out)
             results[name] = result
