@@ -220,3 +220,16 @@ def test_translation_multi30k_quick(tmp_path):
                cwd=tmp_path)
     [path] = (tmp_path / "out").rglob("*.json")
     assert json.loads(path.read_text())["updates"] > 0
+
+
+def test_int8_quality_quick(tmp_path):
+    data = DATA / "multi30k"  # (b) translates with a toy run where Multi30k is, and is skipped where it is not
+    run_script("int8_quality", "--quick", "--data-dir", data, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "int8_quality.json").read_text())
+    assert result["quick"] and 0.9 < result["embeddings"]["min_cosine"] <= 1 + 1e-6  # a random bert-tiny
+    assert set(result["memory"]) == {"gpt-tiny", "transformer-tiny"}
+    assert all(0 < row["nbytes_ratio"] <= 0.35 for row in result["memory"].values())
+    translation = result["translation"]
+    assert ("skipped" in translation) != data.is_dir()
+    if data.is_dir():
+        assert 0 <= translation["greedy"]["identical_tokens"] <= 1 and "bleu" in translation["beam4"]["int8"]

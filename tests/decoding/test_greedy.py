@@ -17,24 +17,17 @@ def model_and_src():
     return model, SRC
 
 
-@pytest.fixture(scope="module")
-def copier():
-    """A tiny model taught for a few seconds to copy its source, so greedy decoding is not degenerate: the
-    outputs depend on the source and end at ``</s>`` at different steps. An untrained model repeats one
-    token until ``max_len`` and never shows whether finished rows are stopped and padded."""
+def train_copier(d_model: int = 32, d_ff: int = 64, lr: float = 1e-2):
+    """A narrowed transformer-tiny taught for a few seconds (150 updates, one thread) to copy its source."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a module fixture runs before the one_thread fixture; see conftest.py
     torch.manual_seed(0)
-    model = aiayn.build("transformer-tiny", src_vocab_size=30, tgt_vocab_size=30, d_model=32, n_heads=4, d_ff=64,
-                        dropout=0.0)
+    model = aiayn.build("transformer-tiny", src_vocab_size=30, tgt_vocab_size=30, d_model=d_model, n_heads=4,
+                        d_ff=d_ff, dropout=0.0)
     gen = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    rows = torch.arange(32)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(150):
-        lengths = torch.randint(1, 7, (32,), generator=gen)
-        body = torch.randint(3, 30, (32, 7), generator=gen).masked_fill(torch.arange(7) >= lengths[:, None], PAD)
-        src = torch.cat([body, torch.full((32, 1), PAD)], dim=1)
-        src[rows, lengths] = EOS  # (32, 8): tokens, </s>, padding
+        src, body = copy_batch(32, gen)
         tgt = torch.cat([torch.full((32, 1), BOS), body], dim=1)  # shifted right: <s>, tokens, padding
         loss = F.cross_entropy(model(src, tgt).flatten(0, 1), src.flatten(), ignore_index=PAD)
         opt.zero_grad()
@@ -42,6 +35,23 @@ def copier():
         opt.step()
     torch.set_num_threads(threads)
     return model.eval()
+
+
+def copy_batch(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(src (n, 8), body (n, 7))``: 1 to 6 tokens, ``</s>``, padding; the body is the tokens alone."""
+    lengths = torch.randint(1, 7, (n,), generator=gen)
+    body = torch.randint(3, 30, (n, 7), generator=gen).masked_fill(torch.arange(7) >= lengths[:, None], PAD)
+    src = torch.cat([body, torch.full((n, 1), PAD)], dim=1)
+    src[torch.arange(n), lengths] = EOS
+    return src, body
+
+
+@pytest.fixture(scope="module")
+def copier():
+    """A tiny model taught for a few seconds to copy its source, so greedy decoding is not degenerate: the
+    outputs depend on the source and end at ``</s>`` at different steps. An untrained model repeats one
+    token until ``max_len`` and never shows whether finished rows are stopped and padded."""
+    return train_copier()
 
 
 @torch.no_grad()
