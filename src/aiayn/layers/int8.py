@@ -94,12 +94,18 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)  # (N, K)
         if flat.size(0) == 0:  # no rows (amax refuses an empty tensor): an empty answer, as nn.Linear's
             return x.new_zeros(*x.shape[:-1], stop - start)
-        big = flat.abs().amax(0) > OUTLIER  # (K,)
-        outliers = big.nonzero()[:, 0] if bool(big.any()) else None
-        small = flat if outliers is None else flat.index_fill(1, outliers, 0.0)  # (N, K)
+        size = flat.abs()  # (N, K)
+        peak = size.amax(1, keepdim=True)  # (N, 1) each row's largest input
+        outliers = None
+        if float(peak.max()) > OUTLIER:  # the one read of a value per call: channels to take apart
+            outliers = (size.amax(0) > OUTLIER).nonzero()[:, 0]  # (n,)
+            small = flat.index_fill(1, outliers, 0.0)
+            peak = size.index_fill(1, outliers, 0.0).amax(1, keepdim=True)
+        else:
+            small = flat
         scale = None
         if small.size(0) > 1:  # one row: the kernel's own per-tensor scale is the row's
-            scale = small.abs().amax(1, keepdim=True).clamp(min=1e-12)  # (N, 1)
+            scale = peak.clamp(min=1e-12)  # (N, 1)
             small = small / scale
         y = self._int8(small, start, stop)  # (N, O')
         if scale is not None:
