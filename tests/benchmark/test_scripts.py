@@ -233,3 +233,21 @@ def test_int8_quality_quick(tmp_path):
     assert ("skipped" in translation) != data.is_dir()
     if data.is_dir():
         assert 0 <= translation["greedy"]["identical_tokens"] <= 1 and "bleu" in translation["beam4"]["int8"]
+
+
+def test_decode_profile_quick(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    out, docs = tmp_path / "out", tmp_path / "decode_profile.md"
+    run_script("decode_profile", "--quick", "--threads", 1, "--cases", "decode-beam-ct2,decode-beam-ct2-int8",
+               "--out", out, "--docs", docs, cwd=tmp_path)
+    result = json.loads((out / "decode_profile.json").read_text())
+    assert result["quick"] and set(result["cases"]) == {"decode-beam-ct2", "decode-beam-ct2-int8"}
+    for row in result["cases"].values():
+        assert row["checks_ok"] and row["wall_s"]["aiayn"] > 0 and row["wall_s"]["ctranslate2"] > 0
+        shares = [c["share"] for c in row["ours"]["categories"].values()]
+        assert sum(shares) == pytest.approx(1) and min(shares) >= 0  # every op's time in one category
+        assert "profiler" in row["ctranslate2"] or "skipped" in row["ctranslate2"]  # skipped: no perf here
+    int8 = result["cases"]["decode-beam-ct2-int8"]["ours"]["categories"]
+    assert int8["int8 input handling"]["share"] > 0 and int8["matrix products"]["share"] > 0
+    assert "`decode-beam-ct2-int8`" in docs.read_text()
