@@ -22,16 +22,7 @@ from shared import DATA
 TINY = {"progress": False, "verbose": False, "steps": 3, "warmup": 1, "eval_every": 0}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("runs"))
-    small = {"model": {"d_model": 32}}
-    return {
-        "translation": recipes.train("copy", n_train=300, n_test=10, max_tokens=128, out=out, **small, **TINY)["run"],
-        "lm": recipes.train("lm", n_train=200, n_test=5, block=16, batch_size=4, out=out, **small, **TINY)["run"],
-        "mlm": recipes.train("mlm", n_train=200, n_test=10, batch_size=4, out=out, **small, **TINY)["run"],
-        "image": recipes.train("image", n_train=64, n_test=16, batch_size=8, out=out, **small, **TINY)["run"],
-    }
+# `runs`: a tiny run of every task, trained once per session (tests/cli/conftest.py)
 
 
 def test_translation_bleu_is_sacrebleu_on_the_runs_own_translations(runs, tmp_path):
