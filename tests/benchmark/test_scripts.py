@@ -251,3 +251,10 @@ def test_decode_profile_quick(tmp_path):
     int8 = result["cases"]["decode-beam-ct2-int8"]["ours"]["categories"]
     assert int8["int8 input handling"]["share"] > 0 and int8["matrix products"]["share"] > 0
     assert "`decode-beam-ct2-int8`" in docs.read_text()
+
+
+def test_int8_kernels_quick(tmp_path):
+    run_script("int8_kernels", "--quick", "--rounds", 1, "--calls", 1, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "int8_kernels.json").read_text())
+    assert result["quick"] and len(result["products"]) == 2
+    assert all(v > 0 for row in result["products"] for k, v in row.items() if k not in ("rows", "in", "out"))

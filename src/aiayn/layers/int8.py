@@ -18,10 +18,10 @@ found they must for Transformers, whose activations carry a few channels far lar
 Without them, all-MiniLM-L6-v2's int8 sentence embeddings fell to a cosine of 0.90 with float32's on short
 sentences; with them it is >= 0.99 (``benchmarks/int8_quality.py``).
 
-fbgemm's kernel was chosen over the alternatives PyTorch ships, measured on this machine's
-2 cores (a row by GPT-2's 768 x 3072 matrix): fbgemm 64 us, float32 124 us, oneDNN's ``qlinear_pointwise``
-215 us (a large fixed cost per call), ``aten._weight_int8pack_mm`` (what torchao's CPU int8 weight-only
-path calls in eager mode) 1,400 us. torchao itself is not installable beside this CPU torch. Creating the
+fbgemm's kernel was chosen over the alternatives PyTorch ships by ``benchmarks/int8_kernels.py`` (a row by
+GPT-2's 768 x 3072 matrix, 2 threads: fbgemm 79 us, oneDNN's ``qlinear_pointwise`` 161 us, float32 ``F.linear``
+401 us, ``aten._weight_int8pack_mm`` (int8 weights, float inputs) 1,388 us). torchao, a further dependency, was
+not tried. Creating the
 quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has no replacement that is as fast
 here, so the warning is silenced at that one call.
 

@@ -1,0 +1,90 @@
+"""Which int8 product ``aiayn.layers.int8`` uses: the kernels PyTorch ships, timed on decoding-sized products.
+
+    python benchmarks/int8_kernels.py [--threads 2] [--rounds 7]
+    python benchmarks/int8_kernels.py --quick          # small sizes, seconds, into a temporary folder
+
+For a few rows by a GPT-2- or Marian-sized matrix, the median time of: float32 ``F.linear``; fbgemm's dynamic
+int8 product (``quantized::linear_dynamic``, what ``torch.ao.quantization.quantize_dynamic`` installs and
+``Int8Linear`` calls); oneDNN's int8 product (``onednn::qlinear_pointwise``, the input quantized per tensor
+first); and ``aten._weight_int8pack_mm`` (int8 weights, float inputs). The kernels run their rounds in turn.
+Writes ``benchmarks/results/int8_kernels.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from budget import write_results
+
+from aiayn.benchmark.harness import machine
+from aiayn.layers.int8 import quantize_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = [(1, 768, 3072), (1, 768, 2304), (1, 3072, 768), (1, 768, 50257), (16, 256, 1024), (64, 256, 8000)]
+QUICK_SIZES = [(1, 64, 96), (4, 32, 48)]
+
+
+def kernels(rows: int, k: int, o: int) -> dict:
+    """``name -> zero-argument call`` computing ``x W^T + b`` for a random ``x (rows, k)``, ``W (o, k)``."""
+    x, w, b = torch.randn(rows, k), torch.randn(o, k), torch.randn(o)
+    q, scale = quantize_rows(w)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+        qw = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros(o, dtype=torch.long), 0)
+    fbgemm = torch.ops.quantized.linear_prepack(qw, b)
+    onednn = torch.ops.onednn.qlinear_prepack(q, None)
+    zeros = torch.zeros(o, dtype=torch.long)
+
+    def qlinear():
+        lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+        step = (hi - lo) / 255 or 1.0
+        zp = round(-lo / step)
+        xq = torch.clamp(torch.round(x / step) + zp, 0, 255).to(torch.uint8)
+        return torch.ops.onednn.qlinear_pointwise(xq, step, zp, onednn, scale, zeros, b, 1.0, 0, torch.float32,
+                                                  "none", [], "")
+
+    return {"float32 F.linear": lambda: F.linear(x, w, b),
+            "fbgemm quantized::linear_dynamic": lambda: torch.ops.quantized.linear_dynamic(x, fbgemm, True),
+            "oneDNN qlinear_pointwise": qlinear,
+            "aten._weight_int8pack_mm": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scale) + b}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7, help="rounds per kernel, alternating (default 7)")
+    p.add_argument("--calls", type=int, default=20, help="calls per round (default 20)")
+    p.add_argument("--quick", action="store_true", help="small sizes: checks that it runs, measures nothing")
+    p.add_argument("--out", help="folder of the results file (default benchmarks/results; --quick: a temporary one)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    quick_out = tempfile.mkdtemp(prefix="int8-kernels-quick-") if args.quick else None
+    out = args.out or quick_out or ROOT / "benchmarks" / "results"
+    rows = []
+    for n, k, o in QUICK_SIZES if args.quick else SIZES:
+        calls = kernels(n, k, o)
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for f in calls.values():  # warm-up
+            f()
+        for _ in range(args.rounds):
+            for name, f in calls.items():
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    f()
+                times[name].append((time.perf_counter() - start) / args.calls * 1e6)
+        row = {"rows": n, "in": k, "out": o, **{name: round(statistics.median(t), 1) for name, t in times.items()}}
+        print("  ".join(f"{key} {value}" for key, value in row.items()))
+        rows.append(row)
+    write_results(out, "int8_kernels", {"name": "int8_kernels", "quick": args.quick, "unit": "microseconds, median",
+                                        "threads": args.threads, "machine": machine(), "products": rows})
+
+
+if __name__ == "__main__":
+    main()
