@@ -50,12 +50,12 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-def from_hf(source: Any) -> Any:
-    """An aiayn model computing what a Hugging Face model (or a local Hugging Face folder) computes;
-    see :func:`aiayn.convert.from_hf`."""
+def from_hf(source: Any, revision: str | None = None) -> Any:
+    """An aiayn model computing what a Hugging Face model (a local folder, or a model id such as ``"gpt2"``
+    fetched into the Hugging Face cache) computes; see :func:`aiayn.convert.from_hf`."""
     from aiayn.convert import from_hf as convert
 
-    return convert(source)
+    return convert(source, revision)
 
 
 def embed(folder_or_run: Any, texts: list[str]) -> Any:

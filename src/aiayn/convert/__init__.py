@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from aiayn.convert import bert, detr, gpt2, seq2seq, swin, vit
-from aiayn.convert.common import read_hf
+from aiayn.convert.common import hf_folder, read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
     "marian": seq2seq.convert,
@@ -25,21 +25,23 @@ CONVERTERS: dict[str, Callable[..., nn.Module]] = {
 }
 
 
-def from_hf(source: Any) -> nn.Module:
+def from_hf(source: Any, revision: str | None = None) -> nn.Module:
     """An aiayn model computing what a Hugging Face model computes.
 
     Args:
-        source: a ``transformers`` model (``MarianMTModel``, ``GPT2LMHeadModel``, ...) or the path of a local Hugging
-            Face folder (``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``).
+        source: a ``transformers`` model (``MarianMTModel``, ``GPT2LMHeadModel``, ...), the path of a local Hugging
+            Face folder (``config.json`` + ``model.safetensors``, its shards, or ``pytorch_model.bin``), or a model
+            id (``"gpt2"``, ``"org/name"``), fetched into the Hugging Face cache and read from it offline.
+        revision: a branch, tag or commit of a model id (``revision="no_timm"`` for DETR).
 
     Raises:
         ValueError: a model type we do not convert, or missing, unexpected or misshapen weights.
     """
-    config, tensors, name = read_hf(source)
+    config, tensors, name = read_hf(source, revision)
     kind = config.get("model_type")
     if kind not in CONVERTERS:
         raise ValueError(f"{name}: model_type {kind!r} cannot be converted; known: {', '.join(sorted(CONVERTERS))}")
     return CONVERTERS[kind](config, tensors, name)
 
 
-__all__ = ["CONVERTERS", "from_hf"]
+__all__ = ["CONVERTERS", "from_hf", "hf_folder"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,26 +46,88 @@ class Source:
             raise ValueError(f"{self.name} has weights the conversion does not use (unexpected keys): {left}")
 
 
-def read_hf(source: Any) -> tuple[dict[str, Any], dict[str, Tensor], str]:
-    """``(config dict, state dict, name)`` of a ``transformers`` model or a local Hugging Face folder
-    (``config.json`` with ``model.safetensors`` or ``pytorch_model.bin``)."""
-    if isinstance(source, (str, os.PathLike)):
-        folder = Path(source)
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"{folder} holds no config.json; expected a Hugging Face model folder")
-        config = json.loads((folder / "config.json").read_text())
-        if (folder / "model.safetensors").is_file():
-            from safetensors.torch import load_file
+# what a model folder needs from the hub: its config, weights (one file or shards + index) and tokenizer files
+HUB_FILES = ["*.json", "*.safetensors", "*.spm", "*.model", "*.txt"]
+HUB_PICKLES = ["pytorch_model*.bin"]  # fetched only when the repository has no safetensors
+_REPO_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
-            tensors = load_file(folder / "model.safetensors")
-        elif (folder / "pytorch_model.bin").is_file():  # weights only: loading never runs code from the file
-            tensors = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-        else:
-            raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin")
-        return config, tensors, str(folder)
+
+def hf_folder(source: str | os.PathLike, revision: str | None = None,
+              cache_dir: str | os.PathLike | None = None) -> Path:
+    """A local Hugging Face model folder: ``source`` itself when it is a folder, else the model id ``source``
+    (``"gpt2"``, ``"org/name"``) fetched at ``revision`` through ``huggingface_hub`` into its cache
+    (``cache_dir``, default ``$HF_HUB_CACHE``); offline (``HF_HUB_OFFLINE=1`` or no network) the cached copy.
+
+    Raises:
+        FileNotFoundError: no such folder, or a model id offline and not in the cache (the message says which).
+    """
+    path = Path(source)
+    if path.is_dir():
+        if revision is not None:
+            raise ValueError(f"revision={revision!r} names a version of a hub model, but {path} is a local folder")
+        return path
+    name = str(source)
+    if not _REPO_ID.match(name) or name.startswith((".", "/")):
+        raise FileNotFoundError(f"{name} is neither a folder nor a Hugging Face model id (\"name\" or \"org/name\")")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as e:  # pragma: no cover - installed with tokenizers
+        raise ImportError("fetching a model id needs huggingface_hub: pip install huggingface_hub") from e
+    kwargs: dict[str, Any] = {"revision": revision, "cache_dir": cache_dir}
+    try:
+        folder = Path(snapshot_download(name, allow_patterns=HUB_FILES, **kwargs))
+        if not any(folder.glob("*.safetensors")) and not (folder / "pytorch_model.bin").is_file():
+            folder = Path(snapshot_download(name, allow_patterns=HUB_FILES + HUB_PICKLES, **kwargs))
+    except LocalEntryNotFoundError as e:
+        from huggingface_hub import constants
+
+        cache = cache_dir or constants.HF_HUB_CACHE
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the hub could not be reached"
+        raise FileNotFoundError(f"{name}{'' if revision is None else f' (revision {revision})'} is not in the Hugging "
+                                f"Face cache {cache} and {why}: fetch it once online, or give a local folder") from e
+    return folder
+
+
+def read_weights(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of a Hugging Face folder: ``model.safetensors``, its shards (``model.safetensors.index.json``),
+    or ``pytorch_model.bin`` / its shards (read as weights only: loading never runs code from the file)."""
+    from safetensors.torch import load_file
+
+    def pickle(file: Path) -> dict[str, Tensor]:
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+    for single, index, load in (("model.safetensors", "model.safetensors.index.json", load_file),
+                                ("pytorch_model.bin", "pytorch_model.bin.index.json", pickle)):
+        if (folder / single).is_file():
+            return load(folder / single)
+        if (folder / index).is_file():
+            weight_map = json.loads((folder / index).read_text())["weight_map"]
+            tensors: dict[str, Tensor] = {}
+            for shard in sorted(set(weight_map.values())):
+                if not (folder / shard).is_file():
+                    raise FileNotFoundError(f"{folder}/{index} names the shard {shard}, which is missing")
+                tensors.update(load(folder / shard))
+            missing = sorted(set(weight_map) - set(tensors))
+            if missing:
+                raise ValueError(f"{folder}/{index} maps {missing[:5]} to shards that do not hold them")
+            return tensors
+    raise FileNotFoundError(f"{folder} holds neither model.safetensors nor pytorch_model.bin (nor their shards)")
+
+
+def read_hf(source: Any, revision: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor], str]:
+    """``(config dict, state dict, name)`` of a ``transformers`` model, a local Hugging Face folder or a model id
+    (see :func:`hf_folder`)."""
+    if isinstance(source, (str, os.PathLike)):
+        folder = hf_folder(source, revision)
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"{source} holds no config.json; expected a Hugging Face model folder")
+        return json.loads((folder / "config.json").read_text()), read_weights(folder), str(source)
+    if revision is not None:
+        raise ValueError("revision= applies to a model id, not to a transformers model object")
     if hasattr(source, "config") and hasattr(source, "state_dict"):
         return source.config.to_dict(), dict(source.state_dict()), type(source).__name__
-    raise TypeError(f"from_hf takes a transformers model or a folder path, got {type(source).__name__}")
+    raise TypeError(f"from_hf takes a transformers model, a folder path or a model id, got {type(source).__name__}")
 
 
 def load_converted(model: ModuleT, weights: dict[str, Tensor], name: str) -> ModuleT:

@@ -1,4 +1,4 @@
-"""Classification scores: accuracy and the confusion matrix."""
+"""Classification scores: accuracy, precision and recall, and the confusion matrix."""
 
 from __future__ import annotations
 
@@ -17,4 +17,17 @@ def accuracy(predicted: Tensor, target: Tensor) -> float:
     return float((predicted == target).float().mean()) if target.numel() else 0.0
 
 
-__all__ = ["accuracy", "confusion_matrix"]
+def precision_recall(matrix: Tensor) -> dict[str, list[float]]:
+    """Per class, from a confusion matrix (rows true, columns predicted): ``precision`` (of the texts predicted
+    as the class, the share that are), ``recall`` (of the class's texts, the share found) and ``f1``; a class
+    never predicted (or never present) scores 0."""
+    m = matrix.double()
+    hits = m.diagonal()
+    precision = torch.where(m.sum(0) > 0, hits / m.sum(0).clamp(min=1), 0.0)
+    recall = torch.where(m.sum(1) > 0, hits / m.sum(1).clamp(min=1), 0.0)
+    both = precision + recall
+    f1 = torch.where(both > 0, 2 * precision * recall / both.clamp(min=1e-12), 0.0)
+    return {"precision": precision.tolist(), "recall": recall.tolist(), "f1": f1.tolist()}
+
+
+__all__ = ["accuracy", "confusion_matrix", "precision_recall"]

@@ -6,6 +6,7 @@
     denoise       BART pre-training: reconstruct corrupted text
     image         ViT or Swin classifying digits the package draws, or MNIST                classify
     detect        DETR finding shapes the package draws, or a Pascal VOC folder             detect
+    textclass     BERT's [CLS] classifier on labelled texts (from scratch or --init-from)
 
     import aiayn.recipes as recipes
     result = recipes.train("lm", steps=300, model={"d_model": 64})    # a task, or a named preset below
@@ -22,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiayn.recipes import base, denoise, detect, image, lm, mlm, translation
+from aiayn.recipes import base, denoise, detect, image, lm, mlm, textclass, translation
 from aiayn.recipes.base import Recipe, RecipeConfig
 
 # task -> (its Config, its Recipe)
@@ -33,6 +34,7 @@ TASKS: dict[str, tuple[type[RecipeConfig], type[Recipe]]] = {
     "denoise": (denoise.Config, denoise.Denoising),
     "image": (image.Config, image.ImageClassification),
     "detect": (detect.Config, detect.Detection),
+    "textclass": (textclass.Config, textclass.TextClassification),
 }
 
 # name -> (task, settings): the setups the README's figures come from, and the made-up translation tasks

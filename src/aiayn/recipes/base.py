@@ -34,7 +34,7 @@ from torch import nn
 
 import aiayn
 from aiayn.io import write_json
-from aiayn.training import device, distributed
+from aiayn.training import device, distributed, finetune
 from aiayn.training.session import Session, open_run
 
 # The updates a time budget is measured on (never more than the warm-up, whose rate ignores the total).
@@ -73,6 +73,13 @@ class RecipeConfig:
     grad_checkpoint: bool = setting(False, "recompute each block's activations in the backward pass instead of "
                                            "keeping them: less memory for about a third more compute")
     compile: bool = setting(False, "train through torch.compile (on a small CPU it did not pay)")
+    init_from: str | None = setting(None, "start from these weights (fine-tuning): a run folder, a Hugging Face "
+                                          "folder or model id; weights of matching names and shapes are loaded, "
+                                          "new heads start fresh")
+    freeze: int = setting(0, "with init_from: the embeddings and the first N blocks of each stack do not train "
+                             "(-1: every block; only the new heads train)")
+    body_lr: float = setting(1.0, "with init_from: the loaded weights' learning rate, as a fraction of the new "
+                                  "heads' (e.g. 0.1)")
     seed: int = setting(0, "seeds the data, the initial weights and every batch")
     out: str = setting("runs", "folder that gets the run folder")
     name: str | None = setting(None, "run folder name (default: from the task and data)")
@@ -87,6 +94,10 @@ class RecipeConfig:
         device.check(self.device)
         if self.bf16 and self.fp16:
             raise ValueError("bf16 and fp16 are two precisions; take one")
+        if self.init_from is None and (self.freeze or self.body_lr != 1.0):
+            raise ValueError("freeze and body_lr apply to loaded weights: give init_from as well")
+        if not self.body_lr > 0 or self.freeze < -1:
+            raise ValueError(f"body_lr must be positive and freeze >= -1, got {self.body_lr} and {self.freeze}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
         aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
@@ -124,9 +135,12 @@ class Recipe:
         model: the model to train.
         run_name: the default run folder name.
         files: what the run folder keeps beside the weights (file name -> a tokenizer, or JSON data).
+        source: with ``init_from``, the model loaded from it (:func:`start_from`); a recipe that takes
+            ``init_from`` builds its model from the source's config and uses the source's tokenizer.
     """
 
     clip: float | None = 1.0  # the maximum gradient norm
+    source: nn.Module | None = None  # init_from's model, loaded by a recipe that takes init_from
     cfg: RecipeConfig
     say: Callable[..., None]
     model: nn.Module
@@ -135,6 +149,13 @@ class Recipe:
 
     def __init__(self, cfg: RecipeConfig, folder: Path | None, say: Callable[..., None]) -> None:
         self.cfg, self.say = cfg, say
+
+    def start_from(self) -> Any:
+        """With ``init_from``: load its model into :attr:`source` and return its config (else ``None``)."""
+        if self.cfg.init_from is None:
+            return None
+        self.source = finetune.source(self.cfg.init_from)
+        return self.source.cfg
 
     def optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -190,8 +211,11 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
         from aiayn.training.activations import checkpoint_blocks
 
         say(f"activation checkpointing: {checkpoint_blocks(task.model)} blocks recompute their activations")
+    loaded = _init_from(cfg, task, resume is not None, say)
     folder = open_run(cfg.out, cfg.name or task.run_name, cfg.to_dict(), folder, task.files)
     optimizer = task.optimizer()
+    if cfg.init_from is not None and (cfg.freeze or cfg.body_lr != 1.0):
+        optimizer = finetune.body_rate(optimizer, task.model, loaded, cfg.body_lr)
     plan: dict[str, Any] = {"total": cfg.steps}  # "keep": the updates whose weights are averaged
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: task.schedule(i, plan["total"]))
     # fp16: losses here are sums over tokens, so their gradients are large: start the loss scale low (fairseq's
@@ -231,6 +255,23 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
                                      "final_loss": history[-1]["loss"], "seconds": round(seconds, 1)})
     say(f"saved {folder}/ ({seconds:.0f} s)")
     return {"run": folder, **result, "history": history, "validation": session.validation, "seconds": seconds}
+
+
+def _init_from(cfg: RecipeConfig, task: Recipe, resumed: bool, say: Callable[..., None]) -> list[str]:
+    """Load ``cfg.init_from``'s weights into the task's model (not when resuming: the state has them) and freeze
+    what ``cfg.freeze`` says; the names loaded (the body)."""
+    if cfg.init_from is None:
+        return []
+    if task.source is None:
+        raise ValueError(f"the {cfg.recipe} task does not take init_from yet")
+    loaded = finetune.transfer(task.source, task.model, cfg.init_from) if not resumed else \
+        [k for k in task.model.state_dict() if k in task.source.state_dict()]
+    frozen = finetune.freeze(task.model, cfg.freeze)
+    new = sum(p.numel() for n, p in task.model.named_parameters() if n not in set(loaded))
+    say(f"init_from {cfg.init_from}: {len(loaded)} weights loaded, {new:,} parameters new"
+        + (f", {len(frozen)} frozen" if frozen else "") + (f"; body at {cfg.body_lr:g} x the rate"
+                                                           if cfg.body_lr != 1.0 else ""))
+    return loaded
 
 
 def average_points(n: int, total: int) -> list[int]:

@@ -11,6 +11,7 @@ warm-up then cosine decay to a tenth of the peak, gradients clipped at norm 1.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_b
 from aiayn.decoding import sample, stream
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model
-from aiayn.training import decay_groups, distributed, warmup_cosine
+from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
 
@@ -79,8 +80,12 @@ class LanguageModel(Recipe):
             train_text, self.test_lines = text[:cut], []
             self.val_text = read_text(cfg.val_data) if cfg.val_data else text[cut:]
             self.run_name, kind = f"lm-{Path(cfg.data).stem}", cfg.tokenizer or "bpe"
+        start = self.start_from()  # fine-tuning: the source's config and tokenizer
         if folder is not None:
             tok = load_tokenizer(folder / "tokenizer.json")
+        elif start is not None:
+            assert cfg.init_from is not None  # start_from loads it
+            tok, kind = load_tokenizer(finetune.folder_of(cfg.init_from) / "tokenizer.json"), "init_from's"
         elif kind == "char":
             tok = CharTokenizer.train([train_text])
         else:
@@ -89,15 +94,18 @@ class LanguageModel(Recipe):
         self.files = {"tokenizer.json": tok}
         self.train_ids = torch.tensor(tok.encode(train_text), dtype=torch.long)
         val_ids = torch.tensor(tok.encode(self.val_text), dtype=torch.long)
-        self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
+        if start is not None:
+            self.mcfg = dataclasses.replace(start, **cfg.model)
+        else:
+            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
         if cfg.block > self.mcfg.max_len:
             raise ValueError(f"block={cfg.block} is longer than the model's max_len={self.mcfg.max_len}")
         self.model = aiayn.build(self.mcfg)
         self.val_batches = lm_blocks(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
         say(f"data {self.run_name}: {self.train_ids.numel():,} training tokens, {val_ids.numel():,} held out "
             f"({kind}, vocabulary {tok.vocab_size:,})")
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
-            f"{cfg.batch_size} x {cfg.accum} blocks of {cfg.block} tokens")
+        say(f"model {cfg.init_from or cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} "
+            f"updates of {cfg.batch_size} x {cfg.accum} blocks of {cfg.block} tokens")
 
     def optimizer(self) -> torch.optim.Optimizer:
         cfg = self.cfg

@@ -16,6 +16,7 @@ tokens' states -> L2-normalised.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -34,7 +35,7 @@ from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model, ready
-from aiayn.training import decay_groups, distributed, warmup_cosine
+from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
 Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next label
@@ -168,15 +169,23 @@ class MaskedLM(Recipe):
             self.run_name = f"mlm-{Path(cfg.data).stem}"
         if len(test_pairs) < 1:
             raise ValueError("the held-out part of the data makes no sentence pairs; give a longer file")
+        start = self.start_from()  # further pre-training: the source's config and tokenizer
         if folder is not None:
             tok = WordPieceTokenizer.load(folder / "tokenizer.json")
+        elif start is not None:
+            assert cfg.init_from is not None  # start_from loads it
+            tok = bert_tokenizer(finetune.folder_of(cfg.init_from))
         else:
             tok = WordPieceTokenizer.train([t for a, b, _ in train_pairs for t in (a, b)], vocab_size=cfg.vocab_size)
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
         self.files = {"tokenizer.json": tok}
-        self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
-                                                "cls_id": tok.cls_id, "sep_id": tok.sep_id, "mask_id": tok.mask_id,
-                                                "max_len": cfg.max_len, "head": "pretraining", **cfg.model})
+        if start is not None:
+            self.mcfg = dataclasses.replace(start, **{"head": "pretraining", **cfg.model})
+        else:
+            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
+                                                    "cls_id": tok.cls_id, "sep_id": tok.sep_id,
+                                                    "mask_id": tok.mask_id, "max_len": cfg.max_len,
+                                                    "head": "pretraining", **cfg.model})
         self.model = aiayn.build(self.mcfg)
         self.train_ex, test_ex = encode(tok, train_pairs, cfg.max_len), encode(tok, test_pairs, cfg.max_len)
         eval_gen = torch.Generator().manual_seed(12345)
@@ -264,17 +273,22 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
         raise FileNotFoundError(f"{folder} holds neither a Hugging Face model (config.json) nor an aiayn checkpoint")
     if not isinstance(model, BERT):
         raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT")
-    if (folder / "tokenizer.json").is_file():
-        tok = WordPieceTokenizer.load(folder / "tokenizer.json")
-    elif (folder / "vocab.txt").is_file():
-        tok = WordPieceTokenizer.from_vocab(folder / "vocab.txt")
-    else:
-        raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
+    tok = bert_tokenizer(folder)
     max_len = model.cfg.max_len
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
     return cast(BERT, ready(model, device, quantize)), tok, max_len
+
+
+def bert_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer:
+    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").is_file():
+        return WordPieceTokenizer.load(folder / "tokenizer.json")
+    if (folder / "vocab.txt").is_file():
+        return WordPieceTokenizer.from_vocab(folder / "vocab.txt")
+    raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
 
 
 def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
@@ -304,4 +318,14 @@ def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[
     return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
 
 
-__all__ = ["Config", "MaskedLM", "date_pairs", "embed", "embed_texts", "load_bert", "masked_accuracy", "sentence_pairs"]
+__all__ = [
+    "Config",
+    "MaskedLM",
+    "bert_tokenizer",
+    "date_pairs",
+    "embed",
+    "embed_texts",
+    "load_bert",
+    "masked_accuracy",
+    "sentence_pairs",
+]

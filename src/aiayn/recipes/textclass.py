@@ -1,0 +1,241 @@
+"""Text classification: BERT's [CLS] head (section 4 of the BERT paper), trained from scratch or fine-tuned.
+
+    [CLS] text [SEP] -> BERT -> tanh(Linear(hidden[CLS])) -> dropout -> Linear -> class logits
+
+The data is a folder of one text file per class (``pos.txt.gz``, ``neg.txt.gz``: one text per line) or a
+``label<TAB>text`` file (:mod:`aiayn.data.labelled`). Each text is kept once and a text found under two labels
+is dropped, before the split into training, validation and test, so no text is on both sides of it. The
+default data is made up, so it runs with no download: dates written freely in English, labelled by the half
+of the year they fall in.
+
+Fine-tuning is ``init_from``: a BERT run (``aiayn train mlm``) or a Hugging Face BERT folder gives its weights
+and its tokenizer, and only the classifier starts fresh. The best weights on validation are kept; the test
+split is scored once, at the end, with them: accuracy, precision, recall and F1 per class, and the confusion
+matrix (``confusion.png``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import aiayn
+from aiayn.data import make_pairs
+from aiayn.data.labelled import clean, read_labelled, split
+from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.evaluation.classification import accuracy, confusion_matrix, precision_recall
+from aiayn.models.bert import BERT, BertConfig
+from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.loading import load_model
+from aiayn.recipes.mlm import bert_tokenizer
+from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
+from aiayn.training import device as devices
+
+Batch = tuple[Tensor, Tensor, Tensor]  # ids (B, T), attention mask (B, T), labels (B,)
+
+
+def date_halves(n: int, seed: int) -> tuple[list[str], list[int], list[str]]:
+    """Made-up data: ``n`` dates written freely in English, labelled by the half of the year they fall in."""
+    pairs, _ = make_pairs("dates", n, 0, seed)
+    return [free for free, _ in pairs], [int(int(iso[5:7]) > 6) for _, iso in pairs], ["jan-jun", "jul-dec"]
+
+
+def encode(tok: WordPieceTokenizer, texts: list[str], max_len: int) -> list[list[int]]:
+    """``[CLS] text [SEP]`` ids, cut to ``max_len`` tokens (keeping the final [SEP])."""
+    out = []
+    for text in texts:
+        ids = tok.encode(text)[0]
+        out.append(ids if len(ids) <= max_len else [*ids[: max_len - 1], ids[-1]])
+    return out
+
+
+def collate(rows: list[list[int]], labels: list[int], pad_id: int) -> Batch:
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    return ids, mask, torch.tensor(labels)
+
+
+def batches(rows: list[list[int]], labels: list[int], batch_size: int, pad_id: int, seed: int, start: int = 0):
+    """Endless batches; batch k is drawn with a generator seeded by ``(seed, k)`` (a resumed run goes on alike)."""
+    k = start
+    while True:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + k)
+        idx = torch.randint(len(rows), (batch_size,), generator=gen).tolist()
+        yield collate([rows[i] for i in idx], [labels[i] for i in idx], pad_id)
+        k += 1
+
+
+def logits_of(model: BERT, batch: Batch) -> Tensor:
+    ids, mask, _ = batch
+    return model.classify(model(ids, attention_mask=mask))
+
+
+@torch.no_grad()
+def predict(model: BERT, rows: list[list[int]], pad_id: int, batch_size: int = 128) -> Tensor:
+    """``(N, K)`` logits on the CPU, in eval mode, each batch on ``model``'s device (rows sorted by length, so
+    batches pad little; returned in the given order)."""
+    model.eval()
+    where = devices.of(model)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    out = torch.empty(len(rows), model.cfg.num_labels)
+    for i in range(0, len(order), batch_size):
+        part = order[i : i + batch_size]
+        batch = devices.move(collate([rows[j] for j in part], [0] * len(part), pad_id), where)
+        out[part] = logits_of(model, batch).float().cpu()
+    return out
+
+
+def scores(logits: Tensor, labels: Tensor, classes: list[str]) -> dict[str, Any]:
+    """``{"accuracy", "loss", "precision", "recall", "f1"}`` (per class) and ``"macro_f1"``, ``"confusion"``."""
+    predicted = logits.argmax(-1)
+    matrix = confusion_matrix(predicted, labels, len(classes))
+    per_class = precision_recall(matrix)
+    return {"accuracy": accuracy(predicted, labels), "loss": F.cross_entropy(logits, labels).item(), **per_class,
+            "macro_f1": sum(per_class["f1"]) / len(classes), "confusion": matrix.tolist()}
+
+
+@dataclass(frozen=True)
+class Config(RecipeConfig):
+    recipe: ClassVar[str] = "textclass"
+    data: str | None = setting(None, "a folder of one text file per class (name.txt or name.txt.gz, one text a "
+                                     "line) or a label<TAB>text file; default: made-up dates labelled by half-year")
+    n_examples: int = setting(6000, "made-up texts")
+    val_fraction: float = setting(0.1, "of the texts, held out to choose the weights on")
+    test_fraction: float = setting(0.1, "of the texts, held out and scored once at the end")
+    split_seed: int = setting(0, "seeds the split alone, so runs of every seed share one test split")
+    vocab_size: int = setting(2000, "WordPiece vocabulary (trained on the training texts; with init_from, its own)")
+    preset: str = setting("bert-tiny", "the model preset (with init_from: the source's config)")
+    max_len: int = setting(128, "tokens per text, [CLS] and [SEP] included; longer texts are cut")
+    steps: int = setting(1000, "optimizer updates")
+    batch_size: int = setting(32, "texts per batch")
+    lr: float = setting(1e-3, "peak learning rate (fine-tuning a pre-trained BERT wants less: BERT used 2e-5 to 5e-5 "
+                              "for BERT-base; small models take more)")
+    weight_decay: float = setting(0.01, "AdamW's, on matrices only (BERT)")
+    warmup: int = setting(100, "warm-up updates")
+    eval_every: int = setting(250, "validate every N updates, keeping the best weights")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive(self, "n_examples", "vocab_size", "max_len", "batch_size", "lr")
+        if self.max_len < 3:
+            raise ValueError(f"max_len must leave room for a token between [CLS] and [SEP], got {self.max_len}")
+
+
+class TextClassification(Recipe):
+    cfg: Config
+
+    def __init__(self, cfg: Config, folder: Path | None, say) -> None:
+        super().__init__(cfg, folder, say)
+        if cfg.data is None:
+            texts, labels, self.classes = date_halves(cfg.n_examples, cfg.seed)
+            self.run_name = "textclass-dates"
+        else:
+            texts, labels, self.classes = read_labelled(cfg.data)
+            self.run_name = f"textclass-{Path(cfg.data).name.split('.')[0]}"
+        texts, labels, report = clean(texts, labels)
+        train, val, test = split(texts, labels, cfg.val_fraction, cfg.test_fraction, cfg.split_seed)
+        start = self.start_from()  # fine-tuning: the source's config and tokenizer
+        if start is not None and not isinstance(start, BertConfig):
+            raise ValueError(f"init_from={cfg.init_from!r} holds a {type(start).__name__} model; textclass "
+                             f"fine-tunes a BERT")
+        if folder is not None:
+            tok = WordPieceTokenizer.load(folder / "tokenizer.json")
+        elif start is not None:
+            assert cfg.init_from is not None  # start_from loads it
+            tok = bert_tokenizer(finetune.folder_of(cfg.init_from))
+        else:
+            tok = WordPieceTokenizer.train(train[0], vocab_size=cfg.vocab_size)
+        self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
+        self.files = {"tokenizer.json": tok, "classes.json": self.classes}
+        head = {"head": "classification", "num_labels": len(self.classes)}
+        if start is not None:
+            self.mcfg = dataclasses.replace(start, **{**head, **cfg.model})
+        else:
+            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
+                                                    "cls_id": tok.cls_id, "sep_id": tok.sep_id,
+                                                    "mask_id": tok.mask_id, "max_len": cfg.max_len, **head,
+                                                    **cfg.model})
+        self.model = aiayn.build(self.mcfg)
+        max_len = min(cfg.max_len, self.mcfg.max_len)
+        (self.train_rows, self.val_rows, self.test_rows) = (encode(tok, t, max_len) for t, _ in (train, val, test))
+        self.train_labels = train[1]
+        self.val_labels, self.test_labels = torch.tensor(val[1]), torch.tensor(test[1])
+        self.pad_id = cast(int, tok.pad_id)
+        say(f"data {self.run_name}: {report['read']:,} texts, {report['duplicates']:,} copies and "
+            f"{report['conflicting']:,} texts under two labels dropped; {len(train[0]):,} train, {len(val[0]):,} "
+            f"validation, {len(test[0]):,} test; classes {self.classes}; WordPiece {tok.vocab_size:,}")
+        say(f"model {cfg.init_from or cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} "
+            f"updates of {cfg.batch_size} texts")
+        self.report = report
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(decay_groups(self.model, self.cfg.weight_decay), lr=self.cfg.lr, betas=(0.9, 0.999),
+                                 **fused(self.model))
+
+    def schedule(self, step: int, total: int) -> float:
+        return warmup_cosine(step, self.cfg.warmup, total)
+
+    def batches(self, start: int):
+        return batches(self.train_rows, self.train_labels, self.cfg.batch_size, self.pad_id, self.cfg.seed, start)
+
+    def loss(self, model, batch):
+        loss = F.cross_entropy(logits_of(model, batch), batch[2], reduction="sum")
+        return loss, loss.detach(), batch[2].numel()
+
+    def validate(self, model) -> dict[str, float]:
+        s = scores(predict(model, self.val_rows, self.pad_id), self.val_labels, self.classes)
+        return {"val_loss": s["loss"], "accuracy": s["accuracy"], "macro_f1": s["macro_f1"]}
+
+    def describe(self, record: dict[str, float]) -> str:
+        return f"validation loss {record['val_loss']:.3f}, accuracy {record['accuracy']:.1%}"
+
+    def finish(self, model, folder: Path, validation: list[dict[str, float]]) -> dict[str, Any]:
+        from aiayn.viz.confusion import plot_confusion
+
+        chosen = min(validation, key=lambda r: r["val_loss"])
+        if (folder / "best.safetensors").is_file():  # the weights chosen on validation
+            model = aiayn.load(folder / "best.safetensors").to(devices.of(model))
+        test = scores(predict(model, self.test_rows, self.pad_id), self.test_labels, self.classes)
+        plot_confusion(torch.tensor(test["confusion"]), self.classes, folder / "confusion.png",
+                       title=f"{self.run_name}: test accuracy {test['accuracy']:.1%}")
+        self.say(f"weights of update {chosen['step']} (validation accuracy {chosen['accuracy']:.1%}); on "
+                 f"{len(self.test_rows):,} test texts: accuracy {test['accuracy']:.1%}, macro F1 "
+                 f"{test['macro_f1']:.3f} (confusion.png)")
+        for name, p, r in zip(self.classes, test["precision"], test["recall"]):
+            self.say(f"  {name}: precision {p:.1%}, recall {r:.1%}")
+        return {"classes": self.classes, "data_report": self.report, "chosen_step": chosen["step"],
+                "val_accuracy": chosen["accuracy"], **{f"test_{k}": v for k, v in test.items()}}
+
+
+def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None = None,
+                    quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer, list[str]]:
+    """``(model, tokenizer, class names)`` of a textclass run, ready (:func:`aiayn.recipes.loading.ready`)."""
+    import json
+
+    run = Path(run)
+    model = load_model(run, device, quantize)
+    if not isinstance(model, BERT) or model.classifier is None:
+        raise ValueError(f"{run} holds no BERT classifier; train one with `aiayn train textclass`")
+    classes = json.loads((run / "classes.json").read_text()) if (run / "classes.json").is_file() else \
+        [str(i) for i in range(model.cfg.num_labels)]
+    return model, WordPieceTokenizer.load(run / "tokenizer.json"), classes
+
+
+@torch.no_grad()
+def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], texts: list[str]) -> list[dict[str, Any]]:
+    """One ``{"class", "probability"}`` per text: the most likely class under a loaded classifier."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, got one string")
+    probs = predict(model, encode(tok, texts, model.cfg.max_len), cast(int, tok.pad_id)).softmax(-1)
+    return [{"class": classes[int(p.argmax())], "probability": float(p.max())} for p in probs]
+
+
+__all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "scores"]
