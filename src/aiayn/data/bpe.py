@@ -21,11 +21,15 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer, content_ids
 from aiayn.io import write_text
+
+if TYPE_CHECKING:
+    from aiayn.data.sentencepiece import SentencePieceTokenizer
 
 # The byte alphabet every byte-level vocabulary holds, plus the four specials.
 MIN_VOCAB_SIZE = len(SPECIALS) + len(pre_tokenizers.ByteLevel.alphabet())
@@ -156,8 +160,10 @@ class PretrainedTokenizer:
         write_text(path, self.tokenizer.to_str())
 
 
-def load_tokenizer(path: str | os.PathLike) -> CharTokenizer | BPETokenizer | PretrainedTokenizer:
-    """The tokenizer saved at ``path``: a :class:`CharTokenizer` (JSON with ``"type": "char"``), a
+def load_tokenizer(path: str | os.PathLike
+                   ) -> CharTokenizer | BPETokenizer | PretrainedTokenizer | SentencePieceTokenizer:
+    """The tokenizer saved at ``path``: a :class:`CharTokenizer` (JSON with ``"type": "char"``), a Marian's
+    :class:`~aiayn.data.sentencepiece.SentencePieceTokenizer` (``"type": "sentencepiece"``), a
     :class:`BPETokenizer` (``tokenizers`` BPE JSON with aiayn's specials at ids 0-3) or, for any other
     ``tokenizers`` JSON (one that came with pretrained weights), a :class:`PretrainedTokenizer`."""
     try:
@@ -168,6 +174,10 @@ def load_tokenizer(path: str | os.PathLike) -> CharTokenizer | BPETokenizer | Pr
         raise ValueError(f"{path} holds a JSON {type(data).__name__}, not a saved tokenizer")
     if data.get("type") == "char":
         return CharTokenizer.load(path)
+    if data.get("type") == "sentencepiece":  # a Marian's, which `aiayn convert hf-marian` writes
+        from aiayn.data.sentencepiece import SentencePieceTokenizer
+
+        return SentencePieceTokenizer.load(path)
     if isinstance(data.get("model"), dict) and data["model"].get("type") == "BPE":
         tokenizer = _read(path)
         if [tokenizer.token_to_id(s) for s in SPECIALS] == list(range(len(SPECIALS))):
