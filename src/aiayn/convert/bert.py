@@ -14,6 +14,12 @@
     embeddings.position_ids                               -> dropped (a buffer of older checkpoints)
 
 Models with a head keep the encoder under ``bert.``; ``BertModel`` has no prefix.
+
+:func:`export` reads the table the other way, to the class our head names (``HF_CLASSES``); the tied
+decoder weight and bias are left out, as ``save_pretrained`` leaves them out. ``BertForMaskedLM`` has no
+pooler, so an ``mlm`` model's pooler (which its head never uses) is not written and comes back zero. Our
+[CLS] [SEP] [MASK] ids, which a Hugging Face config does not hold, go under the config's ``"aiayn"`` key,
+which ``config`` reads back. Every config of ours is a BERT config, so nothing is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, attention, linear, load_converted
+from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, split_attention
 from aiayn.models.bert import BERT, BertConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -31,6 +38,9 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 # (ours, theirs) per layer besides attention
 LAYER = [("norm1", "attention.output.LayerNorm"), ("ff.fc1", "intermediate.dense"), ("ff.fc2", "output.dense"),
          ("norm2", "output.LayerNorm")]
+HF_CLASSES = {"none": "BertModel", "mlm": "BertForMaskedLM", "pretraining": "BertForPreTraining",
+              "classification": "BertForSequenceClassification"}
+SPECIALS = ("cls_id", "sep_id", "mask_id")
 
 
 def config(hf: dict[str, Any], head: str) -> BertConfig:
@@ -46,14 +56,15 @@ def config(hf: dict[str, Any], head: str) -> BertConfig:
         d_ff=hf["intermediate_size"], dropout=hf["hidden_dropout_prob"],
         attention_dropout=hf["attention_probs_dropout_prob"], activation=ACTIVATIONS[hf["hidden_act"]],
         layer_norm_eps=hf["layer_norm_eps"], head=head, num_labels=labels, pad_id=hf.get("pad_token_id") or 0,
-        **_specials(hf["vocab_size"]),
+        **_specials(hf),
     )
 
 
-def _specials(vocab_size: int) -> dict[str, int]:
-    # BERT's WordPiece vocabularies put [CLS] [SEP] [MASK] at 101-103; smaller ones (ours, tests) follow
-    # aiayn.data.wordpiece's order, [CLS] 2, [SEP] 3, [MASK] 4.
-    return {} if vocab_size > 103 else {"cls_id": 2, "sep_id": 3, "mask_id": 4}
+def _specials(hf: dict[str, Any]) -> dict[str, int]:
+    # A folder :func:`export` wrote keeps our ids. Otherwise: BERT's WordPiece vocabularies put [CLS] [SEP]
+    # [MASK] at 101-103; smaller ones (ours, tests) follow aiayn.data.wordpiece's order, [CLS] 2, [SEP] 3, [MASK] 4.
+    kept = {k: v for k, v in (hf.get("aiayn") or {}).items() if k in SPECIALS}
+    return kept or ({} if hf["vocab_size"] > 103 else {"cls_id": 2, "sep_id": 3, "mask_id": 4})
 
 
 def _head(src: Source) -> str:
@@ -100,3 +111,47 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") 
         linear(src, "classifier", "classifier", out)
     src.check_all_taken(ignore=("embeddings.position_ids",))
     return load_converted(BERT(cfg), out, name)
+
+
+def export(model: BERT) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the Hugging Face BERT (``HF_CLASSES[head]``) computing what ``model`` computes."""
+    cfg = model.cfg
+    config = {
+        "model_type": "bert", "architectures": [HF_CLASSES[cfg.head]], "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.type_vocab_size, "hidden_size": cfg.d_model,
+        "num_attention_heads": cfg.n_heads, "num_hidden_layers": cfg.n_layers, "intermediate_size": cfg.d_ff,
+        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
+        "classifier_dropout": None, "hidden_act": hf_activation(ACTIVATIONS, cfg.activation),
+        "layer_norm_eps": cfg.layer_norm_eps, "position_embedding_type": "absolute", "pad_token_id": cfg.pad_id,
+        **label_names(cfg.num_labels), "aiayn": {k: getattr(cfg, k) for k in SPECIALS},
+    }
+    src = our_weights(model, "our BERT")
+    pre = "" if cfg.head == "none" else "bert."
+    out: dict[str, Tensor] = {
+        f"{pre}embeddings.word_embeddings.weight": src.take("embed.tokens.weight"),
+        f"{pre}embeddings.position_embeddings.weight": src.take("embed.positions.weight"),
+        f"{pre}embeddings.token_type_embeddings.weight": src.take("embed.segments.weight"),
+    }
+    copy(src, f"{pre}embeddings.LayerNorm", "embed.norm", out)
+    for i in range(cfg.n_layers):
+        mine, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
+        split_attention(src, f"{mine}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),
+                        out_proj=f"{theirs}.attention.output.dense")
+        for a, b in LAYER:
+            copy(src, f"{theirs}.{b}", f"{mine}.{a}", out)
+    if cfg.head == "mlm":  # BertForMaskedLM has no pooler; ours is unused
+        for key in ("pooler.weight", "pooler.bias"):
+            src.take(key)
+    else:
+        copy(src, f"{pre}pooler.dense", "pooler", out)
+    if cfg.head in ("pretraining", "mlm"):
+        copy(src, "cls.predictions.transform.dense", "mlm.dense", out)
+        copy(src, "cls.predictions.transform.LayerNorm", "mlm.norm", out)
+        out["cls.predictions.bias"] = src.take("mlm.bias")
+        src.alias("mlm.tokens.weight", out[f"{pre}embeddings.word_embeddings.weight"])
+    if cfg.head == "pretraining":
+        copy(src, "cls.seq_relationship", "nsp", out)
+    if cfg.head == "classification":
+        copy(src, "classifier", "classifier", out)
+    src.check_all_taken()
+    return config, out

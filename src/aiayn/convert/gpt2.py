@@ -11,6 +11,9 @@ Its ``c_attn`` is already the fused q | k | v projection our attention keeps as 
     ln_f                            -> decoder.norm
     lm_head                         -> lm_head (tied to wte unless the config unties it)
     h.i.attn.bias / masked_bias     -> dropped (causal-mask buffers of older checkpoints)
+
+:func:`export` reads the table the other way: our GPT -> ``GPT2LMHeadModel`` (``lm_head`` written only when
+untied, as ``save_pretrained`` writes it). Every config of ours is a GPT-2 config, so nothing is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, linear, load_converted
+from aiayn.convert.to_hf import copy, hf_activation, our_weights
 from aiayn.models.gpt import GPT, GPTConfig
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
@@ -72,3 +76,33 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2")
         out["lm_head.weight"] = out["embed.tokens.weight"]
     src.check_all_taken(ignore=(".attn.bias", ".attn.masked_bias"))
     return load_converted(GPT(cfg), out, name)
+
+
+def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the ``GPT2LMHeadModel`` computing what our ``model`` computes (see the table)."""
+    cfg = model.cfg
+    config = {
+        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_len, "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_layer": cfg.n_layers,
+        "n_inner": cfg.d_ff, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.attention_dropout, "activation_function": hf_activation(ACTIVATIONS, cfg.activation),
+        "layer_norm_epsilon": cfg.layer_norm_eps, "tie_word_embeddings": cfg.tie_output,
+        "bos_token_id": cfg.eos_id, "eos_token_id": cfg.eos_id,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+    }
+    src = our_weights(model, "our GPT")
+    out: dict[str, Tensor] = {"transformer.wte.weight": src.take("embed.tokens.weight"),
+                              "transformer.wpe.weight": src.take("embed.positions.weight")}
+    for i in range(cfg.n_layers):
+        for mine, theirs, transpose in BLOCK:
+            key = f"transformer.h.{i}.{theirs}"
+            copy(src, key, f"decoder.layers.{i}.{mine}", out)
+            if transpose:  # Linear (out, in) -> Conv1D (in, out)
+                out[f"{key}.weight"] = out[f"{key}.weight"].t()
+    copy(src, "transformer.ln_f", "decoder.norm", out)
+    if cfg.tie_output:
+        src.alias("lm_head.weight", out["transformer.wte.weight"])
+    else:
+        out["lm_head.weight"] = src.take("lm_head.weight")
+    src.check_all_taken()
+    return config, out

@@ -18,6 +18,15 @@ Each difference is a field of our config, so the conversion is a key table:
     self_attn_layer_norm / encoder_attn_layer_norm / final_layer_norm -> norm1 / norm2 / norm2 or norm3
     fc1, fc2                                 -> ff.fc1, ff.fc2
     lm_head, final_logits_bias               -> generator.weight, generator.bias
+
+:func:`export` reads the table the other way: a Transformer with ``positional="sinusoidal-concat"`` becomes a
+``MarianMTModel``, one with ``positional="learned"`` a ``BartForConditionalGeneration``; token tables are
+written as ``save_pretrained`` writes them (once, as ``model.shared``, when tied). What neither expresses
+is refused by name: pre-norm blocks, the paper's interleaved sinusoids (``positional="sinusoidal"``: Marian
+computes sines then cosines, the same numbers in another order), no positions, a LayerNorm epsilon other
+than 1e-5, BART without its 2 unused position rows, embedding LayerNorm or one shared token table, Marian
+with an embedding LayerNorm. Without an output bias the file holds zeros there; ``from_hf`` then gives
+Marian ``output_bias=True`` (it always has one), which computes the same.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, attention, linear, load_converted
+from aiayn.convert.to_hf import copy, hf_activation, our_weights, refuse, split_attention
 from aiayn.layers.positional import sinusoidal_encoding
 from aiayn.models.transformer import Transformer, TransformerConfig
 
@@ -113,3 +123,79 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Marian"
                 copy(src, f"{side}.layers.{i}.{ours}", f"model.{side}.layers.{i}.{theirs}", out)
     src.check_all_taken()
     return load_converted(Transformer(cfg), out, name)
+
+
+def _family(cfg: TransformerConfig) -> str:
+    """``"marian"`` or ``"bart"``: the Hugging Face model that computes what ``cfg`` describes, or a refusal."""
+    if cfg.norm_first:
+        refuse("norm_first", True, "Marian and BART are post-norm (LayerNorm after each residual sum)")
+    if cfg.layer_norm_eps != 1e-5:
+        refuse("layer_norm_eps", cfg.layer_norm_eps, "Marian's and BART's LayerNorms keep PyTorch's 1e-5")
+    if cfg.positional == "sinusoidal":
+        refuse("positional", cfg.positional, "Marian's sinusoids are laid out sines first, then cosines; ours "
+               "interleave them (sin, cos, sin, ...). Train with positional='sinusoidal-concat' to export to Marian")
+    if cfg.positional == "sinusoidal-concat":
+        if cfg.embed_norm:
+            refuse("embed_norm", True, "Marian has no LayerNorm on the embeddings")
+        return "marian"
+    if cfg.positional == "learned":
+        for field, wanted in (("positional_offset", 2), ("embed_norm", True), ("share_embeddings", True)):
+            if getattr(cfg, field) != wanted:
+                refuse(field, getattr(cfg, field), f"BART (learned positions) has {field}={wanted!r}")
+        return "bart"
+    refuse("positional", cfg.positional, "Marian and BART both add positions to the embeddings")
+
+
+def export(model: Transformer) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the ``MarianMTModel`` or ``BartForConditionalGeneration`` computing what
+    ``model`` computes (see the module docstring for what is refused)."""
+    cfg = model.cfg
+    family = _family(cfg)
+    config: dict[str, Any] = {
+        "model_type": family, "vocab_size": cfg.src_vocab_size, "d_model": cfg.d_model,
+        "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
+        "encoder_attention_heads": cfg.n_heads, "decoder_attention_heads": cfg.n_heads,
+        "encoder_ffn_dim": cfg.d_ff, "decoder_ffn_dim": cfg.d_ff, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+        "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout, "activation_function": hf_activation(ACTIVATIONS, cfg.activation),
+        "max_position_embeddings": cfg.max_len, "scale_embedding": cfg.scale_embedding,
+        "tie_word_embeddings": cfg.tie_output, "is_encoder_decoder": True, "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id, "decoder_start_token_id": cfg.bos_id, "forced_eos_token_id": None,
+    }
+    if family == "marian":
+        config.update(architectures=["MarianMTModel"], share_encoder_decoder_embeddings=cfg.share_embeddings,
+                      decoder_vocab_size=cfg.tgt_vocab_size)
+    else:
+        config.update(architectures=["BartForConditionalGeneration"], forced_bos_token_id=None)
+
+    src = our_weights(model, "our Transformer")
+    enc, dec = src.take("src_embed.tokens.weight"), src.take("tgt_embed.tokens.weight")
+    out: dict[str, Tensor] = {}
+    # Hugging Face ties every table named here to model.shared (and lm_head to it) only when
+    # tie_word_embeddings is set; otherwise each is a weight of its own and written.
+    if cfg.share_embeddings:
+        out["model.shared.weight"] = enc
+    if not (cfg.share_embeddings and cfg.tie_output):
+        out["model.encoder.embed_tokens.weight"], out["model.decoder.embed_tokens.weight"] = enc, dec
+    if cfg.tie_output:
+        src.alias("generator.weight", dec)
+    else:
+        out["lm_head.weight"] = src.take("generator.weight")
+    bias = src.take("generator.bias") if cfg.output_bias else torch.zeros(cfg.tgt_vocab_size, dtype=dec.dtype)
+    out["final_logits_bias"] = bias[None]  # (1, V)
+    if family == "bart":
+        for side, mine in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
+            out[f"model.{side}.embed_positions.weight"] = src.take(f"{mine}.positions.weight")
+            copy(src, f"model.{side}.layernorm_embedding", f"{mine}.norm", out)
+
+    for side, n_layers, table in (("encoder", cfg.n_encoder_layers, ENCODER_LAYER),
+                                  ("decoder", cfg.n_decoder_layers, DECODER_LAYER)):
+        for i in range(n_layers):
+            for mine, theirs in table:
+                a, b = f"{side}.layers.{i}.{mine}", f"model.{side}.layers.{i}.{theirs}"
+                if mine.endswith("attn"):
+                    split_attention(src, a, b, out)
+                else:
+                    copy(src, b, a, out)
+    src.check_all_taken()
+    return config, out

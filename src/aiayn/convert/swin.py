@@ -16,6 +16,11 @@ and ``output.dense``; they convert as well, and their ``relative_position_index`
 the window size) are checked against ours and dropped. Models with a head keep the encoder under ``swin.``.
 ``SwinModel``'s pooler is an average with no weights: a ``SwinModel`` converts to a headless Swin
 (``num_classes=0``) whose ``model(images)`` is ``pooler_output``.
+
+:func:`export` reads the table the other way, writing the names ``save_pretrained`` writes (transformers 4's,
+without the index buffers transformers 5 computes): ``SwinForImageClassification``, or ``SwinModel`` for a
+headless Swin. It refuses a ``layer_norm_eps`` other than 1e-5, which Hugging Face's patch-embedding and
+patch-merging norms could not follow.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from torch import Tensor
 
 from aiayn.convert.common import Source, fused, linear, load_converted
+from aiayn.convert.to_hf import copy, label_names, our_weights, refuse, split_qkv
 from aiayn.convert.vit import ACTIVATIONS, _square
 from aiayn.layers.vision import relative_position_index
 from aiayn.models.swin import Swin, SwinConfig
@@ -91,3 +97,42 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Swin") 
         linear(src, "head", "classifier", out)
     src.check_all_taken()
     return load_converted(Swin(cfg), out, name)
+
+
+def export(model: Swin) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the Hugging Face Swin computing what ``model`` computes (see the module docstring)."""
+    cfg = model.cfg
+    if cfg.layer_norm_eps != 1e-5:
+        refuse("layer_norm_eps", cfg.layer_norm_eps, "Hugging Face's patch-embedding and patch-merging LayerNorms "
+               "keep PyTorch's 1e-5")
+    config = {
+        "model_type": "swin", "architectures": ["SwinForImageClassification" if cfg.num_classes else "SwinModel"],
+        "image_size": cfg.image_size, "patch_size": cfg.patch_size, "num_channels": cfg.in_channels,
+        "embed_dim": cfg.d_model, "depths": list(cfg.n_layers), "num_heads": list(cfg.n_heads),
+        "window_size": cfg.window_size, "mlp_ratio": cfg.mlp_ratio, "qkv_bias": True, "hidden_act": "gelu",
+        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
+        "drop_path_rate": cfg.drop_path, "use_absolute_embeddings": False, "layer_norm_eps": cfg.layer_norm_eps,
+        **label_names(cfg.num_classes),
+    }
+    src = our_weights(model, "our Swin")
+    pre = "swin." if cfg.num_classes else ""
+    out: dict[str, Tensor] = {}
+    copy(src, f"{pre}embeddings.patch_embeddings.projection", "patch_embed.proj", out)
+    copy(src, f"{pre}embeddings.norm", "patch_embed.norm", out)
+    for i, depth in enumerate(cfg.n_layers):
+        for j in range(depth):
+            mine, theirs = f"stages.{i}.blocks.{j}", f"{pre}encoder.layers.{i}.blocks.{j}"
+            q, k, v = (f"{theirs}.{n}" for n in QKV[True])
+            split_qkv(src, f"{mine}.attn.in_proj", (q, k, v), out)
+            out[f"{theirs}.{TABLE[True]}"] = src.take(f"{mine}.relative_position.table")
+            for a, _, old in BLOCK:
+                copy(src, f"{theirs}.{old}", f"{mine}.{a}", out)
+        if i > 0:
+            copy(src, f"{pre}encoder.layers.{i - 1}.downsample.norm", f"stages.{i}.merge.norm", out)
+            copy(src, f"{pre}encoder.layers.{i - 1}.downsample.reduction", f"stages.{i}.merge.reduction", out,
+                 bias=False)
+    copy(src, f"{pre}layernorm", "norm", out)
+    if cfg.num_classes:
+        copy(src, "classifier", "head", out)
+    src.check_all_taken()
+    return config, out

@@ -18,6 +18,12 @@ The one rule beyond the table: ``ViTModel`` adds a pooler, ``tanh(Linear([CLS]))
 the final LayerNorm), and neither does our ViT, so ``pooler.dense.*`` are the only weights a conversion
 leaves out. A ``ViTModel`` converts to a headless ViT (``num_classes=0``) whose ``model(images)`` is
 ``last_hidden_state[:, 0]``, not ``pooler_output``.
+
+:func:`export` reads the table the other way, writing the names ``save_pretrained`` writes (transformers 4's,
+which transformers 5 renames on loading): ``ViTForImageClassification``, or ``ViTModel`` for a headless ViT.
+Having no pooler to write, a headless one loads into ``ViTModel.from_pretrained(folder,
+add_pooling_layer=False)``; without that argument Hugging Face adds a pooler of random weights. Every
+config of ours is a ViT config, so nothing is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, attention, fused, linear, load_converted
+from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, split_attention
 from aiayn.models.vit import ViT, ViTConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -95,3 +102,31 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "ViT") -
         linear(src, "head", "classifier", out)
     src.check_all_taken(ignore=("pooler.dense.weight", "pooler.dense.bias"))
     return load_converted(ViT(cfg), out, name)
+
+
+def export(model: ViT) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the Hugging Face ViT computing what ``model`` computes (see the module docstring)."""
+    cfg = model.cfg
+    config = {
+        "model_type": "vit", "architectures": ["ViTForImageClassification" if cfg.num_classes else "ViTModel"],
+        "image_size": cfg.image_size, "patch_size": cfg.patch_size, "num_channels": cfg.in_channels,
+        "hidden_size": cfg.d_model, "num_attention_heads": cfg.n_heads, "num_hidden_layers": cfg.n_layers,
+        "intermediate_size": cfg.d_ff, "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout, "hidden_act": hf_activation(ACTIVATIONS, cfg.activation),
+        "layer_norm_eps": cfg.layer_norm_eps, "qkv_bias": True, **label_names(cfg.num_classes),
+    }
+    src = our_weights(model, "our ViT")
+    pre = "vit." if cfg.num_classes else ""
+    out: dict[str, Tensor] = {f"{pre}embeddings.cls_token": src.take("cls_token"),
+                              f"{pre}embeddings.position_embeddings": src.take("positions")}
+    copy(src, f"{pre}embeddings.patch_embeddings.projection", "patch_embed.proj", out)
+    for i in range(cfg.n_layers):
+        mine, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
+        split_attention(src, f"{mine}.self_attn", theirs, out, names=QKV[True], out_proj=f"{theirs}.{OUT[True]}")
+        for a, _, old in LAYER:
+            copy(src, f"{theirs}.{old}", f"{mine}.{a}", out)
+    copy(src, f"{pre}layernorm", "encoder.norm", out)
+    if cfg.num_classes:
+        copy(src, "classifier", "head", out)
+    src.check_all_taken()
+    return config, out

@@ -16,7 +16,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -43,6 +43,9 @@ from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model, ready
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
+
+if TYPE_CHECKING:
+    from aiayn.data.sentencepiece import SentencePieceTokenizer
 
 Pairs = list[tuple[str, str]]
 SCHEDULES = ("noam", "linear")
@@ -112,8 +115,9 @@ class Translation(Recipe):
         self.run_name, self.train_pairs, self.test_pairs = load_pairs(cfg)
         kind = cfg.tokenizer or ("char" if cfg.made_up else "bpe")
         joint = kind == "bpe"
-        src_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer  # what load_tokenizer may read back
-        tgt_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer
+        # what load_tokenizer may read back
+        src_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer | SentencePieceTokenizer
+        tgt_tok: CharTokenizer | BPETokenizer | PretrainedTokenizer | SentencePieceTokenizer
         if folder is None:  # several ranks: rank 0's tokenizers
             src_tok, tgt_tok = distributed.broadcast(train_tokenizers(self.train_pairs, kind=kind,
                                                                       vocab_size=cfg.vocab_size, joint=joint))
