@@ -5,7 +5,8 @@
     model = aiayn.build(cfg)
     aiayn.count_parameters(model)
     aiayn.save(model, "runs/x"); model = aiayn.load("runs/x")
-    model = aiayn.from_hf(hf_model_or_folder)
+    model = aiayn.from_hf(hf_model_or_folder)          # a transformers model, a folder, or a model id ("gpt2")
+    aiayn.to_hf(model_or_run, "out/")                  # back: transformers' from_pretrained("out/") opens it
     p = aiayn.pipeline("runs/dates", quantize="int8"); p.translate(["..."], beam=4)   # loaded once
 
 The names below are imported on first use (PEP 562), so ``import aiayn`` and ``aiayn --help`` do not wait for
@@ -58,6 +59,21 @@ def from_hf(source: Any, revision: str | None = None) -> Any:
     return convert(source, revision)
 
 
+def to_hf(model_or_run: Any, folder: Any) -> Any:
+    """Write a model (or a run folder, with its tokenizer and a model card) as a Hugging Face folder that
+    ``transformers``' ``from_pretrained`` opens; see :func:`aiayn.convert.to_hf.to_hf` and
+    :func:`aiayn.convert.folder.export`. Returns the folder."""
+    import os
+
+    if isinstance(model_or_run, (str, os.PathLike)):
+        from aiayn.convert.folder import export
+
+        return export(model_or_run, folder, "hf")
+    from aiayn.convert.to_hf import to_hf as write
+
+    return write(model_or_run, folder)
+
+
 def embed(folder_or_run: Any, texts: list[str]) -> Any:
     """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.recipes.mlm.embed`."""
     from aiayn.recipes.mlm import embed as run
@@ -66,4 +82,4 @@ def embed(folder_or_run: Any, texts: list[str]) -> Any:
 
 
 __all__ = ["Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load", "pipeline", "preset",
-           "presets", "save"]
+           "presets", "save", "to_hf"]

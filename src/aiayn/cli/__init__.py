@@ -72,7 +72,16 @@ def _parser() -> argparse.ArgumentParser:
 
     cv = sub.add_parser("convert", help="a Hugging Face model folder -> an aiayn run folder (weights + tokenizer)")
     cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
-                    help="KIND (optional: hf, hf-gpt2, hf-marian) checks the folder's model type")
+                    help="KIND (optional: hf, hf-gpt2, hf-marian) checks the folder's model type; FOLDER may be a "
+                         "Hugging Face model id (gpt2, org/name), fetched into the Hugging Face cache")
+    cv.add_argument("--revision", default=None, help="a model id's branch, tag or commit (DETR: no_timm)")
+
+    ex = sub.add_parser("export", help="a run -> a Hugging Face folder (transformers' from_pretrained opens it) or "
+                                       "ONNX graphs (onnxruntime runs them)")
+    ex.add_argument("run", help="a run folder or checkpoint")
+    ex.add_argument("--to", choices=["hf", "onnx"], required=True, help="hf: config.json, model.safetensors, "
+                    "tokenizer files and a model card; onnx: the graphs (needs the export extra)")
+    ex.add_argument("out", help="the folder to write")
 
     em = sub.add_parser("embed", help="L2-normalised sentence embeddings from a BERT (Hugging Face folder or run)")
     em.add_argument("--model", required=True, help="a Hugging Face BERT folder (e.g. all-MiniLM-L6-v2) or a run")
@@ -197,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
             if len(args.paths) not in (2, 3):
                 parser.error(f"convert takes [KIND] FOLDER OUT, got {len(args.paths)} paths")
             kind = args.paths[0] if len(args.paths) == 3 else "hf"
-            print(f"converted into {convert(args.paths[-2], args.paths[-1], kind)}")
+            print(f"converted into {convert(args.paths[-2], args.paths[-1], kind, args.revision)}")
+        elif args.command == "export":
+            from aiayn.convert.folder import export
+
+            out = export(args.run, args.out, args.to)
+            print(f"exported into {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         elif args.command == "detect":
             from aiayn.recipes.detect import detect
 

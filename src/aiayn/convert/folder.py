@@ -1,11 +1,25 @@
-"""A Hugging Face model folder -> an aiayn run folder that ``aiayn generate`` (GPT-2)
-or ``aiayn translate`` (Marian) can use.
+"""Hugging Face model folders <-> aiayn run folders.
+
+:func:`convert`: a Hugging Face folder (or model id) -> a run folder that ``aiayn generate`` (GPT-2) or
+``aiayn translate`` (Marian) can use.
 
     FOLDER/config.json + model.safetensors (or pytorch_model.bin) [+ tokenizer.json]
       -> OUT/model.safetensors (weights + config) [+ tokenizer.json]
     a Marian's  FOLDER/source.spm, target.spm, vocab.json [, target_vocab.json, tokenizer_config.json]
       -> OUT/source.spm, target.spm, vocab.json [, target_vocab.json]
          + src_tokenizer.json, tgt_tokenizer.json ({"type": "sentencepiece", ...}: which files, which specials)
+
+:func:`export`: a run folder -> a Hugging Face folder (``aiayn export RUN --to hf OUT``) that
+``transformers``' ``from_pretrained`` opens, or ONNX graphs (``--to onnx``):
+
+    RUN/model.safetensors      -> OUT/config.json + model.safetensors   (:func:`aiayn.convert.to_hf.to_hf`)
+    RUN/tokenizer.json         -> OUT/tokenizer.json + tokenizer_config.json (its special tokens)
+                                  (lm, mlm, denoise, textclass runs; a character tokenizer, not in tokenizers'
+                                  format, goes as aiayn_tokenizer.json)
+    RUN/src_, tgt_tokenizer.json -> OUT/tokenizer.json when one joint BPE serves both sides; else both, as they are
+    RUN/source.spm, target.spm, vocab.json -> the same (a converted Marian: MarianTokenizer reads them)
+    RUN/classes.json           -> config.json's id2label / label2id     (textclass)
+    RUN/run.json               -> OUT/README.md, a model card: data, updates, scores, how to load it
 """
 
 from __future__ import annotations
@@ -17,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiayn
-from aiayn.convert import CONVERTERS
+from aiayn.convert import CONVERTERS, hf_folder
+from aiayn.io import write_json, write_text
 
 if TYPE_CHECKING:
     from aiayn.data.sentencepiece import SentencePieceTokenizer
@@ -25,11 +40,12 @@ if TYPE_CHECKING:
 KINDS = {"hf": None, **{f"hf-{k}": k for k in CONVERTERS}}
 
 
-def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf") -> Path:
-    """Convert the Hugging Face model in ``folder`` into the run folder ``out``.
+def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf", revision: str | None = None) -> Path:
+    """Convert the Hugging Face model in ``folder`` (or the model id ``folder``) into the run folder ``out``.
 
     Args:
         kind: ``"hf"`` takes the folder's own ``model_type``; ``"hf-gpt2"``, ``"hf-marian"`` also check it.
+        revision: of a model id (:func:`aiayn.convert.hf_folder`).
 
     Returns:
         ``out``; with a Marian's SentencePiece files it is a translation run (``aiayn translate --run out``).
@@ -39,7 +55,7 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf")
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    folder, out = Path(folder), Path(out)
+    folder, out = hf_folder(folder, revision), Path(out)
     config = folder / "config.json"
     if not config.is_file():
         raise FileNotFoundError(f"{folder} holds no config.json; expected a Hugging Face model folder")
@@ -72,3 +88,110 @@ def _checked_marian_tokenizers(folder: Path, cfg) -> tuple[SentencePieceTokenize
             raise ValueError(f"{tok.vocab_file} gives {tok.specials['eos']} and {tok.specials['pad']} the ids "
                              f"{tok.eos_id} and {tok.pad_id}; the model's config {cfg.eos_id} and {cfg.pad_id}")
     return src_tok, tgt_tok
+
+
+TARGETS = ("hf", "onnx")
+SPM_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json")
+
+
+def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf") -> Path:
+    """Write the run folder (or checkpoint) ``run`` as a Hugging Face folder (``to="hf"``: weights, config,
+    tokenizer files, a model card) or as ONNX graphs (``to="onnx"``, :func:`aiayn.convert.onnx.to_onnx`).
+
+    Raises:
+        ValueError: an unknown ``to``, or a model whose config Hugging Face cannot express (naming the field).
+    """
+    if to not in TARGETS:
+        raise ValueError(f"to={to!r}: expected one of {TARGETS}")
+    run, out = Path(run), Path(out)
+    model = aiayn.load(run)
+    folder = run.parent if run.suffix == ".safetensors" else run
+    if to == "onnx":
+        from aiayn.convert.onnx import to_onnx
+
+        return to_onnx(model, out)
+    from aiayn.convert.to_hf import to_hf
+
+    to_hf(model, out)
+    tokenizers = _copy_tokenizers(folder, out)
+    if (folder / "classes.json").is_file():  # a textclass run's class names
+        classes = json.loads((folder / "classes.json").read_text())
+        config = json.loads((out / "config.json").read_text())
+        config["id2label"] = {str(i): c for i, c in enumerate(classes)}
+        config["label2id"] = {c: i for i, c in enumerate(classes)}
+        write_json(out / "config.json", config)
+    info = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+    write_text(out / "README.md", model_card(info, json.loads((out / "config.json").read_text()), tokenizers))
+    return out
+
+
+def _copy_tokenizers(folder: Path, out: Path) -> list[str]:
+    """Copy what the run's tokenizers are into ``out``; the names written."""
+    written = []
+    if (folder / "tokenizer.json").is_file():  # a `tokenizers` JSON keeps its name; our character one is renamed
+        name = "tokenizer.json" if _is_tokenizers_json(folder / "tokenizer.json") else "aiayn_tokenizer.json"
+        shutil.copyfile(folder / "tokenizer.json", out / name)
+        written.append(name)
+        if name == "tokenizer.json" and _tokenizer_config(out / name, out):
+            written.append("tokenizer_config.json")
+    pair = [folder / "src_tokenizer.json", folder / "tgt_tokenizer.json"]
+    if all(p.is_file() for p in pair):
+        if any((folder / f).is_file() for f in SPM_FILES):  # a converted Marian: MarianTokenizer's own files
+            for name in SPM_FILES:
+                if (folder / name).is_file():
+                    shutil.copyfile(folder / name, out / name)
+                    written.append(name)
+        elif pair[0].read_bytes() == pair[1].read_bytes() and _is_tokenizers_json(pair[0]):
+            shutil.copyfile(pair[0], out / "tokenizer.json")  # one joint BPE: PreTrainedTokenizerFast reads it
+            written.append("tokenizer.json")
+            if _tokenizer_config(out / "tokenizer.json", out):
+                written.append("tokenizer_config.json")
+        else:
+            for p in pair:
+                shutil.copyfile(p, out / p.name)
+                written.append(p.name)
+    return written
+
+
+# the special tokens of our tokenizers, by the role transformers gives them
+SPECIAL_ROLES = {"[PAD]": "pad_token", "[UNK]": "unk_token", "[CLS]": "cls_token", "[SEP]": "sep_token",
+                 "[MASK]": "mask_token", "<pad>": "pad_token", "<unk>": "unk_token", "<s>": "bos_token",
+                 "</s>": "eos_token"}
+
+
+def _tokenizer_config(path: Path, out: Path) -> bool:
+    """Write ``tokenizer_config.json`` naming the special tokens ``tokenizer.json`` holds, so that
+    ``AutoTokenizer.from_pretrained`` pads and adds them as we do; whether it was written."""
+    vocab = json.loads(path.read_text(encoding="utf-8"))["model"].get("vocab", {})
+    roles = {role: token for token, role in SPECIAL_ROLES.items() if token in vocab}
+    if not roles:
+        return False
+    write_json(out / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **roles})
+    return True
+
+
+def _is_tokenizers_json(path: Path) -> bool:
+    """Whether ``path`` is a Hugging Face ``tokenizers`` JSON (which ``PreTrainedTokenizerFast`` reads)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return isinstance(data, dict) and isinstance(data.get("model"), dict)
+
+
+def model_card(info: dict, config: dict, tokenizers: list[str]) -> str:
+    """A short README.md for an exported run: what it is, what it was trained on, its scores, how to load it."""
+    architecture = config.get("architectures", ["AutoModel"])[0]
+    scores = {k: v for k, v in info.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+              and k not in ("steps", "seconds", "final_loss")}
+    lines = ["---", "library_name: transformers", "tags: [aiayn]", "---", "",
+             f"# {info.get('data', 'an aiayn model')}", "",
+             f"A `{architecture}` trained with [aiayn](https://pypi.org/project/aiayn/) and exported by "
+             f"`aiayn export --to hf`.", ""]
+    if info:
+        settings = info.get("settings", {})
+        lines += [f"- task: `{settings.get('recipe', '?')}`, data: `{info.get('data', '?')}`",
+                  f"- updates: {info.get('steps', '?')}, training time: {info.get('seconds', '?')} s",
+                  *(f"- {k}: {v:.4g}" for k, v in scores.items()), ""]
+    lines += ["```python", f"from transformers import {architecture}",
+              f'model = {architecture}.from_pretrained("path/to/this/folder")', "```", ""]
+    if tokenizers:
+        lines += [f"Tokenizer files: {', '.join(f'`{t}`' for t in tokenizers)}.", ""]
+    return "\n".join(lines)

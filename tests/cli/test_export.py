@@ -1,0 +1,54 @@
+"""`aiayn export RUN --to hf OUT`: a run folder that transformers opens, with its tokenizer and a model card."""
+
+import json
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.cli import main
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_an_lm_run_exports_to_gpt2_and_comes_back_equal(runs, tmp_path, capsys):
+    assert main(["export", str(runs["lm"]), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert "exported into" in capsys.readouterr().out
+    ours = aiayn.load(runs["lm"]).eval()
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, ours.cfg.vocab_size, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).logits, ours(ids), atol=1e-4, rtol=1e-4)
+    back = aiayn.from_hf(tmp_path / "hf")
+    assert back.cfg == ours.cfg and all(torch.equal(v, ours.state_dict()[k]) for k, v in back.state_dict().items())
+    # the run's character tokenizer is not in `tokenizers`' format: kept under its own name
+    assert (tmp_path / "hf" / "aiayn_tokenizer.json").is_file() and not (tmp_path / "hf" / "tokenizer.json").exists()
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "GPT2LMHeadModel" in card and "task: `lm`" in card and "perplexity" in card
+
+
+def test_a_text_classifier_exports_with_its_class_names_and_tokenizer(tmp_path):
+    from aiayn import recipes
+    from aiayn.recipes.textclass import classify_texts, load_classifier
+
+    run = recipes.train("textclass", n_examples=300, steps=3, warmup=1, eval_every=0, model={"d_model": 32},
+                        out=str(tmp_path), progress=False, verbose=False)["run"]
+    out = aiayn.to_hf(run, tmp_path / "hf")
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert theirs.config.id2label == {0: "jan-jun", 1: "jul-dec"}
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    texts = ["the 3rd of march 1999", "december 24, 2011"]
+    batch = hf_tok(texts, padding=True, return_tensors="pt")
+    model, tok, classes = load_classifier(run)
+    probs = theirs(**batch).logits.softmax(-1)
+    ours = classify_texts(model, tok, classes, texts)
+    assert [o["probability"] for o in ours] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-4)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForSequenceClassification"]
+    assert "test_accuracy" in (out / "README.md").read_text()
+
+
+def test_a_config_hugging_face_cannot_express_is_refused_by_field(runs, tmp_path, capsys):
+    # the paper's interleaved sinusoids: Marian's table is sines then cosines
+    assert main(["export", str(runs["translation"]), "--to", "hf", str(tmp_path / "hf")]) == 2
+    assert "positional='sinusoidal'" in capsys.readouterr().err
+    assert not (tmp_path / "hf" / "model.safetensors").exists()
