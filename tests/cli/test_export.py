@@ -52,3 +52,15 @@ def test_a_config_hugging_face_cannot_express_is_refused_by_field(runs, tmp_path
     assert main(["export", str(runs["translation"]), "--to", "hf", str(tmp_path / "hf")]) == 2
     assert "positional='sinusoidal'" in capsys.readouterr().err
     assert not (tmp_path / "hf" / "model.safetensors").exists()
+
+
+def test_an_lm_run_exports_to_onnx_and_onnxruntime_generates_its_tokens(runs, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    from aiayn.convert.onnx import OnnxGPT
+
+    assert main(["export", str(runs["lm"]), "--to", "onnx", str(tmp_path / "onnx")]) == 0
+    assert "model.onnx" in capsys.readouterr().out and (tmp_path / "onnx" / "aiayn_tokenizer.json").is_file()
+    model = aiayn.load(runs["lm"]).eval()
+    prompt = torch.randint(4, model.cfg.vocab_size, (2, 5))
+    expected = model.generate(prompt, max_new_tokens=6, do_sample=False)
+    assert torch.equal(OnnxGPT(tmp_path / "onnx", threads=1).generate(prompt, max_new_tokens=6), expected)

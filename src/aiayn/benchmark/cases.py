@@ -1,4 +1,5 @@
-"""The benchmark cases: ours against PyTorch's, Hugging Face's and CTranslate2's models, on the same work.
+"""The benchmark cases: ours against PyTorch's, Hugging Face's, CTranslate2's and onnxruntime's models, on the same
+work.
 
 Each case builds its models (random weights, no downloads), checks that ours computes what each peer
 computes (the same logits within a tolerance, the same generated tokens) and returns a
@@ -23,13 +24,17 @@ size so the whole set runs in seconds (the tests); the numbers then mean nothing
     decode-beam-ct2         decode-beam's work, length penalty 0.6                 MarianMTModel.generate,
                                                                                    ctranslate2.Translator
     decode-beam-ct2-int8    the same in int8                                       ctranslate2.Translator
+    decode-greedy-ort       decode-greedy's work                                   ours in ONNX, onnxruntime
+    gpt2-generate-ort       gpt2-generate's work                                   ours in ONNX, onnxruntime
 
 Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf``; the ``torch.nn.Transformer``
 peer gets our weights copied in, and CTranslate2's models are converted from the Hugging Face ones
 (:mod:`aiayn.benchmark.ct2`; CTranslate2 is optional: ``pip install "aiayn[bench]"``, and without it
 ``aiayn bench`` skips the ``-ct2`` cases). The ``-int8`` cases run :func:`aiayn.layers.int8.quantize` of ours
 against CTranslate2's int8 on the CPU; their tokens are not required to equal (rounding differs), and each
-side's share of tokens agreeing with float32 is recorded.
+side's share of tokens agreeing with float32 is recorded. The ``-ort`` cases export ours to ONNX
+(:mod:`aiayn.convert.onnx`) and decode greedily through onnxruntime (:mod:`aiayn.benchmark.ort`; optional, as
+CTranslate2 is, and skipped likewise without it).
 
 The training cases use one loss and one optimizer per family on every side: label-smoothed cross-entropy (epsilon
 0.1: ours from :mod:`aiayn.training.losses`, the peers ``F.cross_entropy(label_smoothing=0.1)``) and Adam as the
@@ -663,6 +668,86 @@ def decode_beam_ct2_int8(quick: bool, device: torch.device) -> Case:
     return translation_ct2("decode-beam-ct2-int8", 4, "int8", quick, device)
 
 
+# --- against onnxruntime ----------------------------------------------------------------------------------
+
+def _ort(device: torch.device) -> Any:
+    """:mod:`aiayn.benchmark.ort`, once onnxruntime and the exporter are known to be installed and the device is
+    the CPU."""
+    from aiayn.benchmark import ort
+
+    ort.require()
+    if device.type != "cpu":
+        raise Unavailable(f"runs on the CPU only (onnxruntime's CPU execution provider), not {device}")
+    return ort
+
+
+def _opset(peer: Any) -> int:
+    return next(iter(peer.spec["graphs"].values()))["opset"]
+
+
+def _ort_words(ort: Any, peer: Any) -> str:
+    """How the onnxruntime side runs, for a case's ``what``."""
+    return (f"exported to ONNX (aiayn.convert.onnx: torch.onnx.export(dynamo=True), opset {_opset(peer)}) and "
+            f"decoded greedily through onnxruntime {ort.version()} (CPU execution provider, {_threads()}; a Python "
+            f"loop around one session run per step, the cache going in and out of each run as past/present tensors)")
+
+
+def decode_greedy_ort(quick: bool, device: torch.device) -> Case:
+    """:func:`translation_decoding`'s greedy work against the same model exported to ONNX and decoded greedily
+    through onnxruntime (:class:`~aiayn.convert.onnx.OnnxSeq2Seq`): the same steps, ``pad_id`` never chosen, rows
+    leaving the batch at ``</s>`` (which the case's logits bias keeps from ever coming)."""
+    ort = _ort(device)
+    tr = translation(quick, device)
+    cfg, src, new = tr.cfg, tr.src, tr.new
+    peer = ort.seq2seq(tr.ours)
+
+    def run_ours() -> Tensor:
+        return greedy(tr.ours, src, max_len=new)
+
+    def run_ort() -> Tensor:
+        return peer.greedy(src, max_len=new)
+
+    got, expected = run_ort(), run_ours()
+    check = same(f"generated ids, {new} tokens per sentence on both sides", got, expected)
+    check["ok"] = check["ok"] and got.shape == (src.size(0), new)
+    what = (f"translation, greedy decoding with our KV cache, float32, against the same weights "
+            f"({_describe(cfg)}) {_ort_words(ort, peer)}, batch {src.size(0)} sources of {src.size(1)} tokens, "
+            f"{new} tokens generated per sentence (end of sentence blocked on both sides)")
+    return Case("decode-greedy-ort", what, [Side("aiayn", run_ours), Side("onnxruntime", run_ort, torch_memory=False)],
+                units=src.size(0) * new, unit="tokens", checks={"onnxruntime": check}, target=Target(1.0),
+                extra={"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0), "source_length": src.size(1),
+                       "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
+                       "exporter": peer.spec["exporter"]})
+
+
+def gpt2_generate_ort(quick: bool, device: torch.device) -> Case:
+    """:func:`gpt2_generate`'s work against the same model exported to ONNX and generating greedily through
+    onnxruntime (:class:`~aiayn.convert.onnx.OnnxGPT`): one graph runs the prompt (on an empty past) and every
+    step after it. No side has an end token, so both take every step."""
+    ort = _ort(device)
+    g = generation(quick, device)
+    ours, prompt, new = g.ours, g.prompt, g.new
+    t = prompt.size(1)
+    peer = ort.gpt(ours)
+
+    def run_ours() -> Tensor:
+        return cast(Tensor, sample(ours, prompt, new, temperature=0))[:, t:]  # (1, N) a tensor prompt: a tensor
+
+    def run_ort() -> Tensor:
+        return peer.generate(prompt, max_new_tokens=new)[:, t:]  # (1, N)
+
+    got, expected = run_ort(), run_ours()
+    check = same(f"generated ids, {new} tokens on both sides", got, expected)
+    check["ok"] = check["ok"] and got.shape == (1, new)
+    what = (f"gpt2 ({_millions(ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
+            f"{t}-token prompt, {new} new tokens, float32, against the same weights {_ort_words(ort, peer)}; no "
+            f"side has an end token")
+    return Case("gpt2-generate-ort", what, [Side("aiayn", run_ours), Side("onnxruntime", run_ort, torch_memory=False)],
+                units=new, unit="tokens", checks={"onnxruntime": check}, target=Target(1.0),
+                extra={"prompt_tokens": t, "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
+                       "exporter": peer.spec["exporter"]})
+
+
 # --- vision -------------------------------------------------------------------------------------------------
 
 def vision_hf(name: str) -> nn.Module:
@@ -731,6 +816,8 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "decode-greedy-ct2-int8": decode_greedy_ct2_int8,
     "decode-beam-ct2": decode_beam_ct2,
     "decode-beam-ct2-int8": decode_beam_ct2_int8,
+    "decode-greedy-ort": decode_greedy_ort,
+    "gpt2-generate-ort": gpt2_generate_ort,
 }
 
 __all__ = ["CASES", "TorchTransformer", "base_transformer", "close", "marian", "same", "small_transformer"]

@@ -119,8 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("cases", nargs="*", metavar="CASE",
                    help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train swin-forward "
                         "vit-forward gpt2-generate-ct2 gpt2-generate-ct2-int8 decode-greedy-ct2 decode-greedy-ct2-int8 "
-                        "decode-beam-ct2 decode-beam-ct2-int8 scaling (default: all; the -ct2 cases, against "
-                        "CTranslate2, need pip install \"aiayn[bench]\")")
+                        "decode-beam-ct2 decode-beam-ct2-int8 decode-greedy-ort gpt2-generate-ort scaling (default: "
+                        "all; the -ct2 and -ort cases, against CTranslate2 and onnxruntime, need pip install "
+                        "\"aiayn[bench]\")")
     b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
     b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
     b.add_argument("--rounds", type=int, default=None,

@@ -10,7 +10,8 @@
          + src_tokenizer.json, tgt_tokenizer.json ({"type": "sentencepiece", ...}: which files, which specials)
 
 :func:`export`: a run folder -> a Hugging Face folder (``aiayn export RUN --to hf OUT``) that
-``transformers``' ``from_pretrained`` opens, or ONNX graphs (``--to onnx``):
+``transformers``' ``from_pretrained`` opens, or ONNX graphs with the same tokenizer files (``--to onnx``,
+:func:`aiayn.convert.onnx.to_onnx`):
 
     RUN/model.safetensors      -> OUT/config.json + model.safetensors   (:func:`aiayn.convert.to_hf.to_hf`)
     RUN/tokenizer.json         -> OUT/tokenizer.json + tokenizer_config.json (its special tokens)
@@ -109,7 +110,9 @@ def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf") -> Pa
     if to == "onnx":
         from aiayn.convert.onnx import to_onnx
 
-        return to_onnx(model, out)
+        to_onnx(model, out)
+        _copy_tokenizers(folder, out)
+        return out
     from aiayn.convert.to_hf import to_hf
 
     to_hf(model, out)
