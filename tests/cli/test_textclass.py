@@ -10,12 +10,13 @@ from aiayn import recipes
 from aiayn.cli import main
 from aiayn.data import BPETokenizer, load_tokenizer
 from aiayn.data.labelled import clean, read_labelled, split
-from aiayn.recipes.textclass import classify_texts, load_classifier
+from aiayn.recipes.evaluate import evaluate
+from aiayn.recipes.textclass import classify_texts, date_halves, load_classifier
 
 QUIET = {"progress": False, "verbose": False}
 
 
-def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path):
+def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, capsys):
     result = recipes.train("textclass", n_examples=1500, steps=120, warmup=20, eval_every=40, batch_size=32,
                            model={"d_model": 64, "d_ff": 128}, out=str(tmp_path), **QUIET)
     run = result["run"]
@@ -30,6 +31,15 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path):
     model, tok, classes = load_classifier(run)
     out = classify_texts(model, tok, classes, ["the 3rd of march 1999", "december 24, 2011"])
     assert [o["class"] for o in out] == ["jan-jun", "jul-dec"] and all(0.5 < o["probability"] <= 1 for o in out)
+    # aiayn evaluate on labelled data: its accuracy is the share of classify_texts' answers that are right
+    texts, labels, _ = date_halves(40, seed=9)
+    (tmp_path / "dates.tsv").write_text("".join(f"{classes[y]}\t{t}\n" for t, y in zip(texts, labels)))
+    scores = evaluate(run, data=str(tmp_path / "dates.tsv"))
+    right = [o["class"] == classes[y] for o, y in zip(classify_texts(model, tok, classes, texts), labels)]
+    assert scores["n"] == 40 and scores["accuracy"] == pytest.approx(sum(right) / 40)
+    assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "dates.tsv")]) == 0
+    printed = capsys.readouterr().out
+    assert f"accuracy       {scores['accuracy']:.4f}" in printed and "precision" in printed
 
 
 def test_data_is_deduplicated_and_texts_under_two_labels_dropped_before_the_split(tmp_path):

@@ -26,8 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"aiayn {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
-    sub.add_parser("train", help="train a recipe (translation, lm, mlm, denoise, image, detect, or a named preset); "
-                                 "with no arguments, the default job (about two minutes on a CPU); "
+    sub.add_parser("train", help="train a recipe (translation, lm, mlm, denoise, image, detect, textclass, or a named "
+                                 "preset); with no arguments, the default job (about two minutes on a CPU); "
                                  "`aiayn train RECIPE --help` lists its settings", add_help=False)
     tr = sub.add_parser("translate", help="translate text with a saved run")
     tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
@@ -37,14 +37,17 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
 
     e = sub.add_parser("evaluate", help="score a saved run: BLEU and chrF (translation), perplexity (lm), masked-token "
-                                        "accuracy (mlm), accuracy and confusion matrix (image), mAP (detect)")
+                                        "accuracy (mlm), accuracy and confusion matrix (image), mAP (detect), "
+                                        "accuracy, precision, recall and confusion matrix (textclass)")
     e.add_argument("--run", required=True, help="run folder written by `aiayn train`")
     e.add_argument("--data", nargs="+", default=None,
-                   help="translation: 'multi30k', a TSV file of pairs, or two aligned files; lm, mlm: a text file")
+                   help="translation: 'multi30k', a TSV file of pairs, or two aligned files; lm, mlm: a text file; "
+                        "textclass: a folder of one text file per class, or a label<TAB>text file")
     e.add_argument("--data-dir", default=None, help="translation: the Multi30k folder; image: MNIST files (IDX or "
                                                     "CSV); detect: a Pascal VOC folder")
     e.add_argument("--split", default=None, help="translation: the Multi30k split (default test_2016_flickr); "
-                                                 "detect: the VOC split (default val)")
+                                                 "detect: the VOC split (default val); textclass: train, val or "
+                                                 "test of the run's own split (default: every text)")
     e.add_argument("--src-lang", default=None, help="translation: default the run's")
     e.add_argument("--tgt-lang", default=None, help="translation: default the run's")
     e.add_argument("--beam", type=int, default=None, help="translation: beam size (default 4; 1 = greedy)")
@@ -335,6 +338,8 @@ def _format_scores(scores: dict) -> str:
             lines.append(f"{key:<14} {value:.4f}")
         elif isinstance(value, (int, str)):
             lines.append(f"{key:<14} {value}")
+        elif isinstance(value, list) and value and all(isinstance(v, (float, str)) for v in value):  # per class
+            lines.append(f"{key:<14} " + " ".join(f"{v:.4f}" if isinstance(v, float) else v for v in value))
         elif key == "confusion":
             lines.append("confusion (rows: true class, columns: predicted)")
             lines.extend("  " + " ".join(f"{n:5d}" for n in row) for row in value)

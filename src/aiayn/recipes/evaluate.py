@@ -6,6 +6,8 @@
     mlm           masked-token and next-sentence accuracy on a text file      --data FILE
     image         accuracy and the confusion matrix                           --data-dir MNIST files
     detect        mAP@0.5, mAP@[.5:.95] and the set loss                      --data-dir VOC folder [--split val]
+    textclass     accuracy, precision, recall, F1 and the confusion matrix   --data class files | TSV
+                                                                              [--split train|val|test]
 
 Every task also takes ``device`` and ``quantize`` (``"int8"``: int8 weights on the CPU; see
 :mod:`aiayn.recipes.loading`).
@@ -26,6 +28,7 @@ TAKES = {
     "mlm": {"data", "device", "quantize"},
     "image": {"data_dir", "device", "quantize"},
     "detect": {"data_dir", "split", "device", "quantize"},
+    "textclass": {"data", "split", "device", "quantize"},
 }
 
 
@@ -42,7 +45,7 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     extra = sorted(set(settings) - TAKES[task])
     if extra:
         raise ValueError(f"evaluating a {task} run takes {sorted(TAKES[task])}, not {extra}")
-    need = "data" if task in ("translation", "lm", "mlm") else "data_dir"
+    need = "data" if task in ("translation", "lm", "mlm", "textclass") else "data_dir"
     if settings.get(need) is None:
         raise ValueError(f"evaluating a {task} run needs --{need.replace('_', '-')}")
     where = settings.get("device")  # None: a GPU when there is one
@@ -57,8 +60,8 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
         return {**scores, "beam": beam}
     data = settings.get("data")
     file = data[0] if isinstance(data, list) and len(data) == 1 else data
-    if task in ("lm", "mlm") and not isinstance(file, (str, Path)):
-        raise ValueError(f"evaluating a {task} run takes one text file as --data, got {data}")
+    if task in ("lm", "mlm", "textclass") and not isinstance(file, (str, Path)):
+        raise ValueError(f"evaluating a {task} run takes one file or folder as --data, got {data}")
     if task == "lm":
         from aiayn.recipes.lm import perplexity
 
@@ -69,6 +72,11 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
 
         assert isinstance(file, (str, Path))  # refused above otherwise
         return masked_accuracy(run, file, **run_on)
+    if task == "textclass":
+        from aiayn.recipes.textclass import text_scores
+
+        assert isinstance(file, (str, Path))  # refused above otherwise
+        return text_scores(run, file, settings.get("split"), **run_on)
     if task == "image":
         from aiayn.recipes.image import image_accuracy
 

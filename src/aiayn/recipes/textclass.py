@@ -229,6 +229,34 @@ def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None
     return model, WordPieceTokenizer.load(run / "tokenizer.json"), classes
 
 
+def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str | None = None, *,
+                device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
+    """``{"accuracy", "loss", "precision", "recall", "f1", "macro_f1", "confusion", "classes", "n"}`` of a textclass
+    run on labelled data (:func:`aiayn.data.labelled.read_labelled`): every text, each once, or with
+    ``split_name`` (``"train"``, ``"val"``, ``"test"``) that part of the split the run was trained with.
+
+    Raises:
+        ValueError: the data's classes are not the run's, or an unknown ``split_name``.
+    """
+    from aiayn.training.session import read_args
+
+    model, tok, classes = load_classifier(run, device=device, quantize=quantize)
+    texts, labels, names = read_labelled(data)
+    if names != classes:
+        raise ValueError(f"{data} holds the classes {names}; the run was trained on {classes}")
+    texts, labels, _ = clean(texts, labels)
+    if split_name is not None:
+        parts = ("train", "val", "test")
+        if split_name not in parts:
+            raise ValueError(f"split={split_name!r}: expected one of {parts}")
+        args = read_args(run)
+        texts, labels = split(texts, labels, args["val_fraction"], args["test_fraction"],
+                              args["split_seed"])[parts.index(split_name)]
+    rows = encode(tok, texts, model.cfg.max_len)
+    return {**scores(predict(model, rows, cast(int, tok.pad_id)), torch.tensor(labels), classes),
+            "classes": classes, "n": len(rows)}
+
+
 @torch.no_grad()
 def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], texts: list[str]) -> list[dict[str, Any]]:
     """One ``{"class", "probability"}`` per text: the most likely class under a loaded classifier."""
@@ -238,4 +266,4 @@ def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], tex
     return [{"class": classes[int(p.argmax())], "probability": float(p.max())} for p in probs]
 
 
-__all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "scores"]
+__all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "scores", "text_scores"]
