@@ -64,3 +64,16 @@ def test_an_lm_run_exports_to_onnx_and_onnxruntime_generates_its_tokens(runs, tm
     prompt = torch.randint(4, model.cfg.vocab_size, (2, 5))
     expected = model.generate(prompt, max_new_tokens=6, do_sample=False)
     assert torch.equal(OnnxGPT(tmp_path / "onnx", threads=1).generate(prompt, max_new_tokens=6), expected)
+
+
+@pytest.mark.parametrize(("task", "architecture"), [("mlm", "BertForPreTraining"),
+                                                    ("denoise", "BartForConditionalGeneration"),
+                                                    ("image", "ViTForImageClassification"),
+                                                    ("detect", "DetrForObjectDetection")])
+def test_every_task_s_run_exports_and_comes_back(runs, tmp_path, task, architecture):
+    out = aiayn.to_hf(runs[task], tmp_path / task)
+    assert json.loads((out / "config.json").read_text())["architectures"] == [architecture]
+    ours, back = aiayn.load(runs[task]).state_dict(), aiayn.from_hf(out).state_dict()
+    assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
+    _, info = getattr(transformers, architecture).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
