@@ -12,9 +12,9 @@
 
 What a folder holds decides what its pipeline does (``p.task``): a translation run (``src_tokenizer.json``)
 or a denoising run (a BART: one tokenizer for both sides) translates, a language model generates, a BERT
-embeds, a ViT or Swin classifies, a DETR detects. Each method computes what the command of the same name
-prints (``aiayn translate``, ``generate``, ``embed``, ``classify``, ``detect``): they call the same
-functions of :mod:`aiayn.recipes`, with the model loaded once instead of at every call.
+embeds, a ViT or Swin classifies images and a textclass run texts, a DETR detects. Each method computes what
+the command of the same name prints (``aiayn translate``, ``generate``, ``embed``, ``classify``, ``detect``):
+they call the same functions of :mod:`aiayn.recipes`, with the model loaded once instead of at every call.
 """
 
 from __future__ import annotations
@@ -88,13 +88,20 @@ class Pipeline:
         self._need("embed")
         return embed_texts(cast("BERT", self.model), self._parts["tok"], self._parts["max_len"], texts, batch_size)
 
-    def classify(self, images: list[str | os.PathLike | Tensor], top: int = 3,
+    def classify(self, images: list[str | os.PathLike | Tensor] | list[str], top: int = 3,
                  invert: bool | None = None) -> list[dict[str, Any]]:
         """The ``top`` classes of each image (a file, or a ``(C, H, W)`` tensor in [0, 1]), as ``aiayn classify``
-        gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file)."""
+        gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file); for
+        a textclass run, of each text (``{"text", "top"}``; ``top`` at most the number of classes)."""
         from aiayn.recipes.image import classify_images, read_image_file
 
         self._need("classify")
+        if "classes" in self._parts:  # a text classifier
+            from aiayn.recipes.textclass import classify_texts
+
+            parts = self._parts
+            return classify_texts(cast("BERT", self.model), parts["tok"], parts["classes"], cast(list, images),
+                                  min(top, len(parts["classes"])))
         if top < 1:
             raise ValueError(f"top must be >= 1, got {top}")
         pictures = [x if isinstance(x, Tensor) else read_image_file(x) for x in images]
@@ -144,6 +151,11 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
     if kind == "GPTConfig":
         model, tok = lm.load_lm_run(folder, **run_on)
         return Pipeline("generate", model, folder, tok=tok)
+    if kind == "BertConfig" and (folder / "classes.json").is_file():  # a textclass run
+        from aiayn.recipes.textclass import load_classifier
+
+        model, tok, classes = load_classifier(folder, **run_on)
+        return Pipeline("classify", model, folder, tok=tok, classes=classes)
     if kind == "BertConfig":
         model, tok, max_len = mlm.load_bert(folder, **run_on)
         return Pipeline("embed", model, folder, tok=tok, max_len=max_len)

@@ -42,7 +42,7 @@ def test_a_text_classifier_exports_with_its_class_names_and_tokenizer(tmp_path):
     model, tok, classes = load_classifier(run)
     probs = theirs(**batch).logits.softmax(-1)
     ours = classify_texts(model, tok, classes, texts)
-    assert [o["probability"] for o in ours] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-4)
+    assert [o["top"][0]["probability"] for o in ours] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-4)
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForSequenceClassification"]
     assert "test_accuracy" in (out / "README.md").read_text()
 

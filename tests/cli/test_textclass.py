@@ -30,16 +30,19 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, 
     assert {"confusion.png", "best.safetensors", "classes.json", "tokenizer.json"} <= {p.name for p in run.iterdir()}
     model, tok, classes = load_classifier(run)
     out = classify_texts(model, tok, classes, ["the 3rd of march 1999", "december 24, 2011"])
-    assert [o["class"] for o in out] == ["jan-jun", "jul-dec"] and all(0.5 < o["probability"] <= 1 for o in out)
+    assert [o["top"][0]["class"] for o in out] == ["jan-jun", "jul-dec"]
+    assert all(0.5 < o["top"][0]["probability"] <= 1 for o in out)
     # aiayn evaluate on labelled data: its accuracy is the share of classify_texts' answers that are right
     texts, labels, _ = date_halves(40, seed=9)
     (tmp_path / "dates.tsv").write_text("".join(f"{classes[y]}\t{t}\n" for t, y in zip(texts, labels)))
     scores = evaluate(run, data=str(tmp_path / "dates.tsv"))
-    right = [o["class"] == classes[y] for o, y in zip(classify_texts(model, tok, classes, texts), labels)]
+    right = [o["top"][0]["class"] == classes[y] for o, y in zip(classify_texts(model, tok, classes, texts), labels)]
     assert scores["n"] == 40 and scores["accuracy"] == pytest.approx(sum(right) / 40)
     assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "dates.tsv")]) == 0
     printed = capsys.readouterr().out
     assert f"accuracy       {scores['accuracy']:.4f}" in printed and "precision" in printed
+    p = aiayn.pipeline(run)  # the pipeline's classify takes texts from a textclass run
+    assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
 
 
 def test_data_is_deduplicated_and_texts_under_two_labels_dropped_before_the_split(tmp_path):

@@ -258,12 +258,19 @@ def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str
 
 
 @torch.no_grad()
-def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], texts: list[str]) -> list[dict[str, Any]]:
-    """One ``{"class", "probability"}`` per text: the most likely class under a loaded classifier."""
+def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], texts: list[str],
+                   top: int = 1) -> list[dict[str, Any]]:
+    """The ``top`` most likely classes of each text under a loaded classifier: one
+    ``{"text", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images get them)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
+    if not 1 <= top <= len(classes):
+        raise ValueError(f"top must be in [1, {len(classes)}], got {top}")
     probs = predict(model, encode(tok, texts, model.cfg.max_len), cast(int, tok.pad_id)).softmax(-1)
-    return [{"class": classes[int(p.argmax())], "probability": float(p.max())} for p in probs]
+    best = probs.topk(top, dim=-1)
+    return [{"text": text, "top": [{"class": classes[i], "probability": p}
+                                   for p, i in zip(values.tolist(), index.tolist())]}
+            for text, values, index in zip(texts, best.values, best.indices)]
 
 
 __all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "scores", "text_scores"]
