@@ -33,6 +33,8 @@ def cases():
         torch.set_num_threads(threads)
 
 
+# exporting the cases' graphs takes half a minute; test_harness.py builds every case at toy sizes in the short run
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_onnxruntime_makes_ours_tokens_taking_every_step(cases, name):
     case = cases[name]
@@ -45,6 +47,7 @@ def test_onnxruntime_makes_ours_tokens_taking_every_step(cases, name):
     assert "onnxruntime" in case.what and "opset" in case.what
 
 
+@pytest.mark.slow
 def test_the_page_reports_no_memory_for_onnxruntime(cases, tmp_path):
     r = measure(cases["decode-greedy-ort"], Settings(peak_flops=1e10, rounds=1, warmup=0))
     assert r["sides"]["aiayn"]["torch_memory"] and not r["sides"]["onnxruntime"]["torch_memory"]
