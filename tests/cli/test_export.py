@@ -1,6 +1,7 @@
 """`aiayn export RUN --to hf OUT`: a run folder that transformers opens, with its tokenizer and a model card."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -77,3 +78,9 @@ def test_every_task_s_run_exports_and_comes_back(runs, tmp_path, task, architect
     assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
     _, info = getattr(transformers, architecture).from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+
+
+def test_a_missing_optional_dependency_is_an_error_naming_the_extra(runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
+    assert main(["export", str(runs["lm"]), "--to", "onnx", str(tmp_path / "onnx")]) == 2
+    assert 'pip install "aiayn[export]"' in capsys.readouterr().err

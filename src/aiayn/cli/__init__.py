@@ -276,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except ImportError as e:  # an optional dependency missing: our message says which extra installs it
+        if "pip install" not in str(e):
+            raise
+        print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (FloatingPointError, RuntimeError) as e:
         from aiayn.training.session import FolderLocked
 
