@@ -264,3 +264,15 @@ def test_convert_refuses_a_vocabulary_that_does_not_fit_the_model(marian, tmp_pa
     with pytest.raises(ValueError, match=r"vocab\.json gives </s> and <pad> the ids 0 and \d+; the model's config"):
         convert(folder, tmp_path / "out", "hf-marian")
     assert not (tmp_path / "out").exists(), "nothing is written"
+
+
+def test_evaluate_scores_a_converted_marian_with_sacrebleu(marian, run, capsys, tmp_path):
+    sacrebleu = pytest.importorskip("sacrebleu")
+    pairs = PAIRS[:10]
+    (tmp_path / "pairs.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "pairs.tsv"), "--beam", "1"]) == 0
+    printed = capsys.readouterr().out
+    hypotheses = translated(capsys, run, [s for s, _ in pairs])
+    expected = sacrebleu.corpus_bleu(hypotheses, [[t for _, t in pairs]]).score
+    [line] = [x for x in printed.splitlines() if x.startswith("bleu ")]
+    assert float(line.split()[1]) == pytest.approx(expected, abs=1e-4)

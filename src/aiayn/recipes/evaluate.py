@@ -38,7 +38,11 @@ def evaluate(run: str | os.PathLike, **settings: Any) -> dict[str, Any]:
     Raises:
         ValueError: a setting the run's task does not take, or one it needs is missing.
     """
-    args = read_args(run)
+    folder = Path(run)
+    if not (folder / "args.json").is_file() and (folder / "src_tokenizer.json").is_file():
+        args: dict[str, Any] = {"recipe": "translation"}  # a converted Marian: a translation run never trained here
+    else:
+        args = read_args(run)
     task = args.get("recipe")
     if task not in TAKES:
         raise ValueError(f"{run} is a {task} run; evaluate scores {', '.join(TAKES)} runs")
