@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+import aiayn
+
 if TYPE_CHECKING:
     from aiayn.models.bert import BERT
 
@@ -121,8 +123,8 @@ class Pipeline:
 
 def pipeline(source: str | os.PathLike, device: str | torch.device | None = None, quantize: str | None = None,
              weights: str | os.PathLike | None = None) -> Pipeline:
-    """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or a Hugging Face BERT folder once,
-    for many calls.
+    """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or of a Hugging Face folder or model id
+    (a GPT-2 with its ``tokenizer.json``, a Marian with its SentencePiece files, a BERT) once, for many calls.
 
     Args:
         device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
@@ -138,6 +140,10 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
     from aiayn.training.checkpoint import saved_config
 
     folder = Path(source)
+    if not folder.exists():  # a Hugging Face model id, fetched into (or read offline from) its cache
+        from aiayn.convert import hf_folder
+
+        folder = hf_folder(source)
     run_on: dict[str, Any] = {"device": device, "quantize": quantize}
     if weights is not None and not (folder / "src_tokenizer.json").is_file():
         raise ValueError("weights= is for translation runs")
@@ -145,8 +151,7 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         model, src_tok, tgt_tok = translation.load_run(folder, weights, **run_on)
         return Pipeline("translate", model, folder, src_tok=src_tok, tgt_tok=tgt_tok)
     if (folder / "config.json").is_file():
-        model, tok, max_len = mlm.load_bert(folder, **run_on)  # a Hugging Face folder: refused unless a BERT
-        return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+        return _hf_pipeline(folder, run_on)
     kind = type(saved_config(folder)).__name__
     if kind == "GPTConfig":
         model, tok = lm.load_lm_run(folder, **run_on)
@@ -170,6 +175,29 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         detector = detect.load_detector(folder, **run_on)
         return Pipeline("detect", detector[0], folder, detector=detector)
     raise ValueError(f"{folder} holds a model ({kind}) that no pipeline runs")
+
+
+def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
+    """A Hugging Face folder's pipeline: a GPT-2 (with ``tokenizer.json``) generates, a Marian (with its
+    SentencePiece files) translates, a BERT embeds; converted in memory, as ``aiayn convert`` would."""
+    import json
+
+    from aiayn.recipes import mlm
+    from aiayn.recipes.loading import ready
+
+    kind = json.loads((folder / "config.json").read_text()).get("model_type")
+    if kind == "gpt2" and (folder / "tokenizer.json").is_file():
+        from aiayn.data import load_tokenizer
+
+        model = ready(aiayn.from_hf(folder), **run_on)
+        return Pipeline("generate", model, folder, tok=load_tokenizer(folder / "tokenizer.json"))
+    if kind == "marian" and (folder / "source.spm").is_file():
+        from aiayn.data.sentencepiece import marian_tokenizers
+
+        src_tok, tgt_tok = marian_tokenizers(folder)
+        return Pipeline("translate", ready(aiayn.from_hf(folder), **run_on), folder, src_tok=src_tok, tgt_tok=tgt_tok)
+    model, tok, max_len = mlm.load_bert(folder, **run_on)  # anything else: refused unless a BERT
+    return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
 
 
 __all__ = ["Pipeline", "pipeline"]

@@ -140,5 +140,7 @@ def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):
     prompt = torch.tensor([tok.encode("the quick")])
     expected = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=2)
     assert text == tok.decode(expected[0, prompt.size(1):].tolist())
+    p = aiayn.pipeline(tmp_path / "hf")  # the Hugging Face folder itself, converted in memory
+    assert p.task == "generate" and p.generate("the quick", max_new_tokens=10, temperature=0) == text
     bad = run_cli("convert", "hf-marian", str(tmp_path / "hf"), str(tmp_path / "x"))
     assert bad.returncode == 2 and "holds a 'gpt2' model, not 'marian'" in bad.stderr

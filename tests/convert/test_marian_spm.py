@@ -276,3 +276,9 @@ def test_evaluate_scores_a_converted_marian_with_sacrebleu(marian, run, capsys, 
     expected = sacrebleu.corpus_bleu(hypotheses, [[t for _, t in pairs]]).score
     [line] = [x for x in printed.splitlines() if x.startswith("bleu ")]
     assert float(line.split()[1]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_pipeline_on_the_hugging_face_folder_translates_as_the_converted_run(marian, run, capsys):
+    texts = [s for s, _ in PAIRS[:6]]
+    p = aiayn.pipeline(marian[0])
+    assert p.task == "translate" and p.translate(texts) == translated(capsys, run, texts)
