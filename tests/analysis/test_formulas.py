@@ -19,6 +19,7 @@ FAMILIES = [
     ("transformer-tiny", {"seq_len": 24}),
     ("bart-tiny", {"seq_len": 24}),
     ("gpt-tiny", {"seq_len": 32}),
+    ("llama-tiny", {"seq_len": 32}),
     ("bert-tiny", {"seq_len": 32}),
     ("vit-tiny", {"image_size": "one patch more"}),
     ("swin-tiny", {"image_size": 30}),
@@ -45,7 +46,7 @@ def test_formulas_equal_flop_counter_measurement_part_by_part(name, size):
     assert measured.macs["attention scores"] > 0 and measured.macs["attention projections"] > 0
 
 
-@pytest.mark.parametrize("name, size", FAMILIES[2:4] + FAMILIES[5:6], ids=["gpt", "bert", "swin"])
+@pytest.mark.parametrize("name, size", [FAMILIES[i] for i in (2, 4, 6)], ids=["gpt", "bert", "swin"])
 def test_explicit_attention_path_counts_what_the_fused_kernel_is_credited_with(name, size):
     # On the CPU, F.scaled_dot_product_attention runs a kernel FlopCounterMode has no formula for; measure()
     # credits it with two batched matmuls. The explicit path (record_attention) runs those matmuls as bmm.
@@ -103,8 +104,9 @@ def test_published_figures_are_reproduced():
 
     for name, pub in PUBLISHED.items():
         params, compute = ours(name)
-        # GPT-2's paper counted 117M for the model released as 124M; everything else within 3%.
-        assert abs(params - pub.parameters) / pub.parameters < (0.07 if name == "gpt2" else 0.03), name
+        # GPT-2's paper counted 117M for the model released as 124M, Llama 2's rounds 6.74B up to 7B; everything
+        # else within 3%.
+        assert abs(params - pub.parameters) / pub.parameters < {"gpt2": 0.07, "llama2-7b": 0.04}.get(name, 0.03), name
         if compute is not None:
             tolerance = {"detr-r50": 0.07, "gpt3-175b": 0.03}.get(name, 0.006)  # fvcore / attention scores
             assert abs(compute - pub.compute) / pub.compute < tolerance, name

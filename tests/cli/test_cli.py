@@ -157,7 +157,7 @@ def test_resume_continues_a_run_to_the_weights_of_one_never_stopped(tmp_path):
     (["train", "--task", "lm", "--data", "/nonexistent.txt"], "no text file at /nonexistent.txt"),
     (["train", "--task", "lm", "--block", "0"], "block must be positive, got 0"),
     (["generate", "--run", "/nonexistent"], "holds no model.safetensors"),
-    (["convert", "/nonexistent", "/tmp/out"], "holds no config.json"),
+    (["convert", "/nonexistent", "/tmp/out"], "neither a folder nor a Hugging Face model id"),
     (["convert", "hf-bert2", "/x", "/y"], "unknown kind 'hf-bert2'"),
 ])
 def test_bad_lm_and_convert_command_lines_exit_2(args, message):

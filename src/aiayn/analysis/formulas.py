@@ -105,24 +105,33 @@ NONE = Counts()
 # --- building blocks ---------------------------------------------------------------------------------------
 
 
-def attention(t: int, s: int, c: int, bias: bool = True) -> Counts:
+def attention(t: int, s: int, c: int, bias: bool = True, kv: int | None = None) -> Counts:
     """Multi-head attention of ``t`` queries over ``s`` keys (``s == t`` for self-attention), model width ``c``.
 
     Parameters 4C^2 + 4C; projections 2TC^2 + 2SC^2 and scores 2TSC multiply-adds (module docstring). The
-    number of heads changes neither: h heads of C/h dimensions do the work of one head of C.
+    number of heads changes neither: h heads of C/h dimensions do the work of one head of C. With grouped
+    key/value heads of ``kv`` = Hkv D channels in all (Llama 3, Mistral), W^K and W^V are C x kv: 2C^2 + 2C kv
+    (+ 2C + 2kv) parameters, 2TC^2 + 2SC kv projection multiply-adds; the scores are unchanged (every query
+    head attends, its kv head repeated).
     """
-    return Counts({"attention": 4 * c * c + (4 * c if bias else 0)},
-                  {"attention projections": 2 * t * c * c + 2 * s * c * c, "attention scores": 2 * t * s * c})
+    kv = c if kv is None else kv
+    return Counts({"attention": 2 * c * c + 2 * c * kv + (2 * c + 2 * kv if bias else 0)},
+                  {"attention projections": 2 * t * c * c + 2 * s * c * kv, "attention scores": 2 * t * s * c})
 
 
-def feed_forward(t: int, c: int, f: int) -> Counts:
-    """The position-wise feed-forward network on ``t`` positions: 2CF + F + C parameters, 2TCF multiply-adds."""
-    return Counts({"feed-forward": 2 * c * f + f + c}, {"feed-forward": 2 * t * c * f})
+def feed_forward(t: int, c: int, f: int, bias: bool = True, gated: bool = False) -> Counts:
+    """The position-wise feed-forward network on ``t`` positions: 2CF + F + C parameters, 2TCF multiply-adds.
+
+    ``gated`` (SwiGLU: Llama) adds the gate, C x F: 3CF (+ 2F + C) parameters, 3TCF multiply-adds.
+    """
+    n = 3 if gated else 2
+    return Counts({"feed-forward": n * c * f + ((n - 1) * f + c if bias else 0)}, {"feed-forward": n * t * c * f})
 
 
-def layer_norm(c: int, n: int = 1) -> Counts:
-    """``n`` LayerNorms over ``c`` channels: 2C parameters each (gain and bias), no matmul."""
-    return Counts({"norms": 2 * c * n})
+def layer_norm(c: int, n: int = 1, rms: bool = False) -> Counts:
+    """``n`` LayerNorms over ``c`` channels: 2C parameters each (gain and bias), no matmul; an RMSNorm (``rms``)
+    has the gain alone, C."""
+    return Counts({"norms": (1 if rms else 2) * c * n})
 
 
 def linear(t: int, c_in: int, c_out: int, bias: bool = True, part: str = "output", weight: bool = True) -> Counts:
@@ -193,12 +202,19 @@ def gpt(cfg: Any, seq_len: int) -> Counts:
     Per token: one multiply-add per entry of the layers' matrices (12C^2 per layer), 2TC per layer for the
     scores, and C V for the logits. GPT-3's "6N" training rule (Table D.1) is the first term as FLOPs (2 per
     multiply-add) times 3 (the backward pass costs twice the forward).
+
+    Llama's switches: rotary positions have no table (and no matmul), RMSNorm C parameters, SwiGLU a third
+    C x F matrix, grouped heads smaller W^K and W^V (:func:`attention`), no biases. A sliding window is counted
+    over the full square, as the causal mask is.
     """
     c = cfg.d_model
-    embed = table(cfg.vocab_size, c) + table(cfg.max_len, c)
-    layers = cfg.n_layers * decoder_layer(seq_len, seq_len, c, cfg.d_ff, cross=False)
-    return embed + layers + layer_norm(c) + linear(seq_len, c, cfg.vocab_size, bias=False,
-                                                   weight=not cfg.tie_output)
+    embed = table(cfg.vocab_size, c) + (table(cfg.max_len, c) if cfg.positional == "learned" else NONE)
+    rms = cfg.norm == "rmsnorm"
+    layer = (attention(seq_len, seq_len, c, bias=cfg.bias, kv=cfg.kv_heads * (c // cfg.n_heads))
+             + feed_forward(seq_len, c, cfg.d_ff, bias=cfg.bias, gated=cfg.activation == "swiglu")
+             + layer_norm(c, 2, rms=rms))
+    return embed + cfg.n_layers * layer + layer_norm(c, rms=rms) + linear(seq_len, c, cfg.vocab_size, bias=False,
+                                                                          weight=not cfg.tie_output)
 
 
 def bert(cfg: Any, seq_len: int) -> Counts:

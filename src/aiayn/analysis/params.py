@@ -11,7 +11,7 @@ What each part holds, for every family:
                   DETR's 1x1 input projection and its object queries
     attention     every MultiHeadAttention (W^Q, W^K, W^V, W^O and biases) and Swin's relative position bias
     feed-forward  every position-wise FeedForward
-    norms         every LayerNorm, wherever it sits (embeddings, blocks, heads, patch merging)
+    norms         every LayerNorm (and RMSNorm: Llama), wherever it sits (embeddings, blocks, heads, patch merging)
     backbone      DETR's ResNet (its frozen BatchNorm holds buffers, not parameters)
     output        what is left: the pre-softmax projection or its bias, BERT's pooler and heads, the classifier
                   of ViT and Swin, DETR's class and box heads
@@ -33,7 +33,7 @@ from aiayn.models.detr.backbone import ResNet
 PARTS = ("embeddings", "attention", "feed-forward", "norms", "backbone", "output")
 
 # Which part a module's parameters belong to; the first match along the path from the model down wins,
-# except that a LayerNorm is always "norms".
+# except that a LayerNorm or RMSNorm is always "norms".
 _OWNERS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (ResNet, "backbone"),
     ((MultiHeadAttention, RelativePositionBias), "attention"),
@@ -49,7 +49,7 @@ def count_parameters(model: nn.Module) -> int:
 
 def module_part(path: list[nn.Module]) -> str | None:
     """The part of the module at the end of ``path`` (the modules from the model down to it), or ``None``."""
-    if isinstance(path[-1], nn.LayerNorm):
+    if isinstance(path[-1], (nn.LayerNorm, nn.RMSNorm)):
         return "norms"
     for module in path[1:]:
         for kind, part in _OWNERS:

@@ -64,6 +64,11 @@ PUBLISHED: dict[str, Published] = {
     "gpt3-13b": Published(13e9, _GPT3, note="d_model 5120 = 40 heads x 128 (the table prints 5140)"),
     "gpt3-175b": Published(175e9, _GPT3 + "; Table D.1", 3.14e23, "training FLOPs",
                            note="Table D.1 counts 174,600M parameters and 6ND, leaving attention scores out"),
+    "llama2-7b": Published(7e9, "Touvron et al. 2023 (Llama 2), Table 1",
+                           note="the paper's 7B is rounded: the released model has 6,738,415,616"),
+    "llama3-8b": Published(8e9, "Meta's Llama 3 model card"),
+    "mistral-7b": Published(7.3e9, "Mistral AI's release notes (\"a 7.3B parameter model\"); the paper's title "
+                                   "rounds to 7B"),
     "bert-base": Published(110e6, "Devlin et al. 2019, section 3"),
     "bert-large": Published(340e6, "Devlin et al. 2019, section 3"),
     "bart-base": Published(140e6, "fairseq's BART README (the paper prints no count)"),

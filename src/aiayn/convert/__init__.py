@@ -11,13 +11,15 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import bert, detr, gpt2, seq2seq, swin, vit
+from aiayn.convert import bert, detr, gpt2, llama, seq2seq, swin, vit
 from aiayn.convert.common import hf_folder, read_hf
 
 CONVERTERS: dict[str, Callable[..., nn.Module]] = {
     "marian": seq2seq.convert,
     "bart": seq2seq.convert,
     "gpt2": gpt2.convert,
+    "llama": llama.convert,
+    "mistral": llama.convert,
     "bert": bert.convert,
     "vit": vit.convert,
     "swin": swin.convert,

@@ -13,7 +13,8 @@ Its ``c_attn`` is already the fused q | k | v projection our attention keeps as 
     h.i.attn.bias / masked_bias     -> dropped (causal-mask buffers of older checkpoints)
 
 :func:`export` reads the table the other way: our GPT -> ``GPT2LMHeadModel`` (``lm_head`` written only when
-untied, as ``save_pretrained`` writes it). Every config of ours is a GPT-2 config, so nothing is refused.
+untied, as ``save_pretrained`` writes it). A config with a Llama switch on (rotary positions, RMSNorm, SwiGLU,
+grouped heads, no biases, a sliding window) is not a GPT-2 and is refused.
 """
 
 from __future__ import annotations
@@ -81,6 +82,14 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2")
 def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(config, weights)`` of the ``GPT2LMHeadModel`` computing what our ``model`` computes (see the table)."""
     cfg = model.cfg
+    gpt2 = GPTConfig()
+    switched = [f"{name}={getattr(cfg, name)!r}" for name in ("positional", "norm", "n_kv_heads", "bias",
+                                                             "attention_window")
+                if getattr(cfg, name) != getattr(gpt2, name)]
+    if cfg.activation not in ACTIVATIONS.values():
+        switched.append(f"activation={cfg.activation!r}")
+    if switched:
+        raise ValueError(f"our GPT with {', '.join(switched)} is not a GPT-2 and cannot be exported as one")
     config = {
         "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
         "n_positions": cfg.max_len, "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_layer": cfg.n_layers,

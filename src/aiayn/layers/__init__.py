@@ -1,19 +1,22 @@
 """The building blocks every family is made of."""
 
 from aiayn.layers.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
-from aiayn.layers.blocks import DecoderBlock, EncoderBlock, Stack
+from aiayn.layers.blocks import NORMS, DecoderBlock, EncoderBlock, Stack, norm_layer
 from aiayn.layers.embedding import Embedding, check_ids
 from aiayn.layers.feedforward import FeedForward
 from aiayn.layers.kv_cache import DecoderCache, KVCache, LayerCache
 from aiayn.layers.masks import causal_mask, combine, padding_mask
 from aiayn.layers.positional import (
     LearnedPositionalEmbedding,
+    RotaryEmbedding,
     SinusoidalPositionalEncoding,
+    apply_rotary,
     sine_encoding_2d,
     sinusoidal_encoding,
 )
 
 __all__ = [
+    "NORMS",
     "DecoderBlock",
     "DecoderCache",
     "Embedding",
@@ -23,11 +26,14 @@ __all__ = [
     "LayerCache",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "Stack",
+    "apply_rotary",
     "causal_mask",
     "check_ids",
     "combine",
+    "norm_layer",
     "padding_mask",
     "record_attention",
     "scaled_dot_product_attention",

@@ -15,7 +15,13 @@ causality does not have to be folded into it. What each model passes is pinned i
 ``tests/layers/test_attention_kernels.py``. Nothing here reads a tensor value back to the host on an
 accelerator (a stall per layer).
 
-Shapes: B batch, H heads, T query length, S key length, D head dim (d_k), C model dim.
+Two switches of Llama and Mistral live in :class:`MultiHeadAttention` (the plain path is unchanged without
+them): ``n_kv_heads`` < ``n_heads`` (grouped-query attention, Ainslie et al. 2023; multi-query with one), where
+each group of ``n_heads / n_kv_heads`` query heads shares one key/value head, so the projections and the cache
+hold only the kv heads; and rotary positions (``rotary=(cos, sin)``, :class:`aiayn.layers.RotaryEmbedding`),
+applied to the queries and keys before the keys are cached.
+
+Shapes: B batch, H heads, Hkv key/value heads, T query length, S key length, D head dim (d_k), C model dim.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch import Tensor, nn
 
 from aiayn.layers.linear import Linear
 from aiayn.layers.masks import causal_mask, combine
+from aiayn.layers.positional import apply_rotary
 
 _recorders: list[dict[str, list[Tensor]]] = []
 
@@ -108,33 +115,48 @@ class MultiHeadAttention(nn.Module):
     of every attention but never to the values: ``pos`` is added to ``x`` before the query (and, in
     self-attention, key) projection, ``memory_pos`` to ``memory`` before the key projection. Without
     them self-attention stays one fused matmul.
+
+    With ``n_kv_heads`` (grouped-query attention) ``in_proj`` is ``(C + 2 Hkv D, C)``: the query rows, then
+    the key and the value rows of the kv heads; query head h reads kv head ``h // (n_heads / n_kv_heads)``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 n_kv_heads: int | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
-        self.in_proj = Linear(d_model, 3 * d_model, bias=bias)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads <= 0 or n_heads % n_kv_heads:
+            raise ValueError(f"n_kv_heads={n_kv_heads} must be a positive divisor of n_heads={n_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads, self.dropout = d_model, n_heads, n_kv_heads, dropout
+        self.kv_dim = n_kv_heads * (d_model // n_heads)  # Hkv D; C without grouping
+        self.in_proj = Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, -1).transpose(1, 2)  # (B, H, T, D)
+        return x.view(b, t, -1, self.d_model // self.n_heads).transpose(1, 2)  # (B, H or Hkv, T, D)
 
     def _project(self, x: Tensor, rows: slice) -> Tensor:
-        """``x`` ``(B, T, C)`` through the rows ``rows`` of ``in_proj`` (q: ``[:C]``, k: ``[C:2C]``, v: ``[2C:]``)."""
+        """``x`` ``(B, T, C)`` through the rows ``rows`` of ``in_proj`` (q: ``[:C]``, k: ``[C:2C]``, v: ``[2C:]``;
+        with kv heads k: ``[C:C+kv]``, v: ``[C+kv:]``)."""
         return self.in_proj.rows(x, rows)
 
     def project_kv(self, memory: Tensor, memory_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, H, S, D)``; ``memory_pos`` ``(B, S, C)``, if
+        """Keys and values of ``memory`` ``(B, S, C)``, each ``(B, Hkv, S, D)``; ``memory_pos`` ``(B, S, C)``, if
         given, is added to the keys' input only (DETR)."""
-        c = self.d_model
+        c, kv = self.d_model, self.kv_dim
         if memory_pos is None:
-            k, v = self._project(memory, slice(c, None)).split(c, dim=-1)
+            k, v = self._project(memory, slice(c, None)).split(kv, dim=-1)
         else:
-            k, v = self._project(memory + memory_pos, slice(c, 2 * c)), self._project(memory, slice(2 * c, None))
+            k, v = self._project(memory + memory_pos, slice(c, c + kv)), self._project(memory, slice(c + kv, None))
         return self._heads(k), self._heads(v)
+
+    def _share_kv(self, k: Tensor) -> Tensor:
+        """Grouped-query attention: ``(B, Hkv, S, D)`` -> ``(B, H, S, D)``, each kv head repeated for its group
+        of query heads (as Hugging Face's ``repeat_kv``); the identity without grouping."""
+        group = self.n_heads // self.n_kv_heads
+        return k if group == 1 else k.repeat_interleave(group, dim=1)
 
     def forward(
         self,
@@ -147,6 +169,7 @@ class MultiHeadAttention(nn.Module):
         cache=None,
         pos: Tensor | None = None,
         memory_pos: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
 
@@ -164,20 +187,25 @@ class MultiHeadAttention(nn.Module):
                 self-attention to the keys' input too; never to the values (DETR).
             memory_pos: ``(B, S, C)`` positional encodings added to the keys' input of cross-attention
                 (not to the values); ignored when ``kv`` is given.
+            rotary: ``(cos, sin)`` of :class:`aiayn.layers.RotaryEmbedding` for the new positions, ``(T, D)``
+                or ``(B, 1, T, D)``: self-attention's queries and keys are rotated by them (RoPE) before the
+                keys are cached.
 
         Returns:
             ``(out, weights)``: ``(B, T, C)`` and the weights or ``None``.
         """
-        c = self.d_model
+        c, kv_dim = self.d_model, self.kv_dim
         if memory is None and kv is None:
             if pos is None:
-                q, k, v = self.in_proj(x).split(c, dim=-1)
+                q, k, v = self.in_proj(x).split([c, kv_dim, kv_dim], dim=-1)
             else:  # DETR: positions on queries and keys, values from the content alone
-                q, k = self._project(x + pos, slice(None, 2 * c)).split(c, dim=-1)
-                v = self._project(x, slice(2 * c, None))
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)
+                q, k = self._project(x + pos, slice(None, c + kv_dim)).split([c, kv_dim], dim=-1)
+                v = self._project(x, slice(c + kv_dim, None))
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, D), k and v (B, Hkv, T, D)
+            if rotary is not None:  # RoPE: rotate queries and keys by their positions' angles
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, H, S, D), S = positions cached so far
+                k, v = cache.append(k, v)  # (B, Hkv, S, D), S = positions cached so far
                 t, s = q.size(2), k.size(2)
                 # SDPA's is_causal puts the diagonal top-left, right only when T == S (the first call, on
                 # an empty cache). Otherwise the queries are the last T of S positions: shift the diagonal
@@ -189,6 +217,7 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(self._project(x if pos is None else x + pos, slice(None, c)))
             # kv is None here only if memory is not (the branch above)
             k, v = kv if kv is not None else self.project_kv(cast(Tensor, memory), memory_pos)
+        k, v = self._share_kv(k), self._share_kv(v)  # (B, H, S, D)
         record = bool(_recorders)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record

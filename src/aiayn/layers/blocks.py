@@ -13,6 +13,10 @@ of cross-attention), ``memory_pos`` to the keys of cross-attention, never to the
 keeps every layer's output, through the shared final LayerNorm, for the auxiliary losses
 (:meth:`Stack.layer_outputs`). Without these arguments nothing changes.
 
+Llama's decoder block is the pre-norm GPT block with ``norm="rmsnorm"`` (Zhang & Sennrich 2019: x / RMS(x)
+times a gain, no centring, no bias), a SwiGLU feed-forward, grouped key/value heads, no biases, and rotary
+positions passed to every layer (``rotary``).
+
 Shapes: B batch, T target length, S source length, C model dim.
 """
 
@@ -25,6 +29,17 @@ from torch import Tensor, nn
 from aiayn.layers.attention import MultiHeadAttention
 from aiayn.layers.feedforward import FeedForward
 
+NORMS = ("layernorm", "rmsnorm")
+
+
+def norm_layer(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """``nn.LayerNorm`` (``"layernorm"``) or ``nn.RMSNorm`` (``"rmsnorm"``: Llama, Mistral) over ``d_model``."""
+    if kind == "layernorm":
+        return nn.LayerNorm(d_model, eps=eps)
+    if kind == "rmsnorm":
+        return nn.RMSNorm(d_model, eps=eps)
+    raise ValueError(f"norm={kind!r} must be one of {NORMS}")
+
 
 class _Block(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
@@ -32,7 +47,7 @@ class _Block(nn.Module):
         self.norm_first, self.eps = norm_first, eps
         self.dropout = nn.Dropout(dropout)
 
-    def _sublayer(self, x: Tensor, norm: nn.LayerNorm, fn) -> Tensor:
+    def _sublayer(self, x: Tensor, norm: nn.Module, fn) -> Tensor:
         if self.norm_first:
             return x + self.dropout(fn(norm(x)))
         return norm(x + self.dropout(fn(x)))
@@ -70,11 +85,13 @@ class EncoderBlock(_Block):
 class DecoderBlock(_Block):
     """Masked self-attention, encoder-decoder attention, feed-forward (section 3.1, "Decoder").
 
-    With ``cross_attention=False`` it is the decoder-only (GPT) block.
+    With ``cross_attention=False`` it is the decoder-only (GPT) block. ``norm`` (a kind of :data:`NORMS`),
+    ``n_kv_heads`` (grouped-query attention) and ``bias`` (of the attention and feed-forward linears) are
+    Llama's switches; the defaults are the paper's block.
     """
 
     cross_attn: MultiHeadAttention | None
-    norm2: nn.LayerNorm | None
+    norm2: nn.Module | None
 
     def __init__(
         self,
@@ -88,17 +105,20 @@ class DecoderBlock(_Block):
         norm_first: bool = False,
         eps: float = 1e-5,
         cross_attention: bool = True,
+        norm: str = "layernorm",
+        n_kv_heads: int | None = None,
+        bias: bool = True,
     ) -> None:
         super().__init__(d_model, dropout, norm_first, eps)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, n_kv_heads=n_kv_heads)
+        self.norm1 = norm_layer(norm, d_model, eps)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-            self.norm2 = nn.LayerNorm(d_model, eps=eps)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, n_kv_heads=n_kv_heads)
+            self.norm2 = norm_layer(norm, d_model, eps)
         else:
             self.cross_attn = self.norm2 = None
-        self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
-        self.norm3 = nn.LayerNorm(d_model, eps=eps)
+        self.ff = FeedForward(d_model, d_ff, activation_dropout, activation, bias=bias)
+        self.norm3 = norm_layer(norm, d_model, eps)
 
     def forward(
         self,
@@ -110,6 +130,7 @@ class DecoderBlock(_Block):
         cache=None,
         pos: Tensor | None = None,
         memory_pos: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """``(B, T, C)`` decoder states, ``(B, S, C)`` memory -> ``(B, T, C)``.
 
@@ -120,11 +141,13 @@ class DecoderBlock(_Block):
             pos: ``(B, T, C)`` added to the queries and keys of self-attention and to the queries of
                 cross-attention (DETR's object queries).
             memory_pos: ``(B, S, C)`` added to the keys of cross-attention (DETR's spatial encodings).
+            rotary: ``(cos, sin)`` of the new positions, rotating self-attention's queries and keys (RoPE).
         """
         self_cache = None if cache is None else cache.self_attn
         x = self._sublayer(
             x, self.norm1,
-            lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache, pos=pos)[0],
+            lambda h: self.self_attn(h, mask=self_mask, is_causal=is_causal, cache=self_cache, pos=pos,
+                                     rotary=rotary)[0],
         )
         if self.cross_attn is not None:
             assert self.norm2 is not None  # built together with cross_attn
@@ -135,13 +158,14 @@ class DecoderBlock(_Block):
 
 
 class Stack(nn.Module):
-    """N blocks, then a final LayerNorm when the blocks are pre-norm (post-norm ends normalised; DETR's
-    post-norm decoder has one all the same, shared by the outputs of every layer)."""
+    """N blocks, then a final LayerNorm (or ``norm`` of :data:`NORMS`) when the blocks are pre-norm (post-norm
+    ends normalised; DETR's post-norm decoder has one all the same, shared by the outputs of every layer)."""
 
-    def __init__(self, blocks: list[nn.Module], d_model: int, final_norm: bool, eps: float = 1e-5) -> None:
+    def __init__(self, blocks: list[nn.Module], d_model: int, final_norm: bool, eps: float = 1e-5,
+                 norm: str = "layernorm") -> None:
         super().__init__()
         self.layers = nn.ModuleList(blocks)
-        self.norm = nn.LayerNorm(d_model, eps=eps) if final_norm else None
+        self.norm = norm_layer(norm, d_model, eps) if final_norm else None
 
     def _outputs(self, x: Tensor, args: tuple, caches, kwargs: dict) -> Iterator[Tensor]:
         for i, layer in enumerate(self.layers):

@@ -13,17 +13,24 @@ import torch
 from torch import Tensor
 
 
-def causal_mask(t: int, s: int | None = None, device: torch.device | str | None = None) -> Tensor:
+def causal_mask(t: int, s: int | None = None, device: torch.device | str | None = None,
+                window: int | None = None) -> Tensor:
     """The "sequence" mask of section 3.2.3: position i may attend to positions <= i.
 
     With ``s > t`` (queries are the last ``t`` of ``s`` positions, as when decoding with a cache)
-    the diagonal is shifted so query i sits at absolute position ``s - t + i``.
+    the diagonal is shifted so query i sits at absolute position ``s - t + i``. With ``window`` W (Mistral's
+    sliding window) position i sees only the last W positions, i - W < j <= i::
+
+        W = 3    j: 0 1 2 3 4
+            i=3     . x x x .
+            i=4     . . x x x
 
     Returns:
-        ``(T, S)`` bool, ``True`` on and below the (shifted) diagonal.
+        ``(T, S)`` bool, ``True`` on and below the (shifted) diagonal (and within the window).
     """
     s = t if s is None else s
-    return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
+    mask = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
+    return mask if window is None else mask.triu(diagonal=s - t - window + 1)
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:

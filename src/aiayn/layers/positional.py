@@ -11,7 +11,18 @@ DETR (Carion et al., 2020, section 3.2 and appendix A.4) generalises them to ima
 encode the row y, half the column x, each with the interleaved formula over C/2 dimensions, the
 coordinates counted over the image's real pixels only (padding excluded) and scaled to (0, 2 pi].
 
-Shapes: B batch, T positions, C model dim, H x W a feature map.
+Rotary position embeddings (RoPE; Su et al. 2021, section 3.4; Llama, Mistral) add nothing to the input:
+attention rotates each pair of a query's and a key's dimensions by an angle proportional to the position,
+so that q . k depends on the positions only through their difference (eq. 16):
+
+    theta_i = base^(-2i / D)                         i = 0 .. D/2 - 1   (base: rope_theta, 10000)
+    RoPE(x, m) = x * cos(m theta) + rotate_half(x) * sin(m theta)
+    rotate_half([x1 | x2]) = [-x2 | x1]              the halves of the head dim D are the pairs (Llama's layout)
+
+Llama 3.1 stretches the long wavelengths for a longer context (``rope_scaling`` with ``rope_type="llama3"``,
+:func:`rope_frequencies`).
+
+Shapes: B batch, T positions, C model dim, D head dim, H x W a feature map.
 """
 
 from __future__ import annotations
@@ -130,3 +141,67 @@ class LearnedPositionalEmbedding(nn.Module):
         if position_ids is None:
             return self.weight[self.offset + start : self.offset + start + t]
         return self.weight[position_ids + self.offset]
+
+
+def rope_frequencies(head_dim: int, theta: float = 10000.0, scaling: dict | None = None) -> Tensor:
+    """The ``(D/2,)`` float64 rotation frequencies theta_i = ``theta``^(-2i / D) of RoPE.
+
+    ``scaling`` with ``rope_type="llama3"`` (Llama 3.1; ``factor``, ``low_freq_factor``, ``high_freq_factor``,
+    ``original_max_position_embeddings`` L, as Hugging Face's ``rope_scaling``) divides the frequencies whose
+    wavelength 2 pi / theta_i exceeds L / low_freq_factor by ``factor``, keeps those below L / high_freq_factor,
+    and interpolates in between, smoothly in L / wavelength.
+    """
+    if head_dim % 2:
+        raise ValueError(f"head dim {head_dim} must be even for rotary embeddings")
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+    if scaling is None:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling rope_type={kind!r} is not supported; only 'llama3'")
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = ((context / wavelen - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves, 1: short waves
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1 | x2]`` -> ``[-x2 | x1]`` over the last dimension: the 90-degree turn of every pair (i, i + D/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x`` ``(B, H, T, D)`` by the angles of its positions: ``x cos + rotate_half(x) sin``.
+
+    ``cos`` and ``sin`` come from :class:`RotaryEmbedding`: ``(T, D)`` or ``(B, 1, T, D)``.
+    """
+    return x * cos + rotate_half(x) * sin
+
+
+class RotaryEmbedding(nn.Module):
+    """The cosines and sines of RoPE for the positions of a batch; no parameters (the frequencies are a buffer).
+
+    Args:
+        head_dim: D, the dimension of one attention head.
+        theta: the base of the wavelengths (Llama 2 and Mistral: 10000; Llama 3: 500000).
+        scaling: Llama 3.1's frequency scaling (:func:`rope_frequencies`), or ``None``.
+    """
+
+    inv_freq: Tensor  # a buffer
+
+    def __init__(self, head_dim: int, theta: float = 10000.0, scaling: dict | None = None) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", rope_frequencies(head_dim, theta, scaling).float(), persistent=False)
+
+    def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(cos, sin)``, each ``(T, D)`` for positions ``start .. start + t - 1``, or ``(B, 1, T, D)`` for
+        ``position_ids`` ``(B, T)`` (rows padded on the left); they broadcast over the heads of ``(B, H, T, D)``."""
+        if position_ids is None:
+            pos = torch.arange(start, start + t, device=self.inv_freq.device, dtype=torch.float32)  # (T,)
+        else:
+            pos = position_ids.float()[:, None, :]  # (B, 1, T)
+        angles = pos[..., None] * self.inv_freq  # (T, D/2) or (B, 1, T, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (..., D): pair (i, i + D/2) turns by one angle
+        return angles.cos(), angles.sin()

@@ -8,6 +8,17 @@ and ``norm_first=True`` (section 2.3 of the GPT-2 paper moves LayerNorm to the i
 and adds one after the last block), GELU in its tanh form, and GPT-2's initialisation: N(0, 0.02) for
 weights, with the projections that write into the residual stream scaled by 1/sqrt(2 * n_layers).
 
+Llama (Touvron et al. 2023, section 2.2) is this model with five switches of the shared layers, and Mistral
+(Jiang et al. 2023) adds a sixth; each is a config field, and GPT-2's defaults leave every one off:
+
+    field                 GPT-2           Llama / Mistral
+    positional            "learned"       "rope": rotary positions on q and k (rope_theta, rope_scaling)
+    norm                  "layernorm"     "rmsnorm" (eps: layer_norm_eps)
+    activation            "gelu_tanh"     "swiglu": gate and up projections, then the down projection
+    n_kv_heads            None (= heads)  fewer key/value heads than query heads (grouped-query attention)
+    bias                  True            False: no biases in the attention and feed-forward linears
+    attention_window      None            Mistral: each position sees only the last W positions
+
 Shapes: B batch, T new positions, S all positions (cached + new), C d_model, V vocabulary.
 """
 
@@ -19,10 +30,13 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from aiayn.layers import DecoderBlock, DecoderCache, Embedding, Stack, causal_mask, combine
-from aiayn.layers.feedforward import ACTIVATIONS
+from aiayn.layers import NORMS, DecoderBlock, DecoderCache, Embedding, RotaryEmbedding, Stack, causal_mask, combine
+from aiayn.layers.feedforward import ACTIVATIONS, GATED
 from aiayn.layers.linear import Linear
+from aiayn.layers.positional import rope_frequencies
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+
+POSITIONAL = ("learned", "rope")
 
 
 @dataclass(frozen=True)
@@ -31,6 +45,13 @@ class GPTConfig:
 
     ``dropout`` is GPT-2's ``resid_pdrop`` and ``embd_pdrop``, ``attention_dropout`` its ``attn_pdrop``.
     ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256).
+
+    Llama's switches (module docstring): ``positional="rope"`` with ``rope_theta`` and ``rope_scaling`` (Hugging
+    Face's dict, ``{"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings"}``, or ``None``); ``norm="rmsnorm"`` (its epsilon is ``layer_norm_eps``);
+    ``activation="swiglu"``; ``n_kv_heads`` (``None``: as many as ``n_heads``); ``bias``; ``attention_window``
+    (``None``: the whole causal past). With rotary positions ``max_len`` is the context the model is sized for
+    (no table is learned).
     """
 
     vocab_size: int = 50257
@@ -45,14 +66,44 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     tie_output: bool = True
     eos_id: int = 50256
+    positional: str = "learned"
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    norm: str = "layernorm"
+    n_kv_heads: int | None = None
+    bias: bool = True
+    attention_window: int | None = None
 
     def __post_init__(self) -> None:
         check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff")
         check_divisible(self, "d_model", "n_heads")
         check_probability(self, "dropout", "attention_dropout")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
+        check_choice(self, "activation", tuple(ACTIVATIONS) + tuple(GATED))
+        check_choice(self, "positional", POSITIONAL)
+        check_choice(self, "norm", NORMS)
         if not 0 <= self.eos_id < self.vocab_size:
             raise ValueError(f"eos_id={self.eos_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
+        if self.n_kv_heads is not None:
+            check_positive(self, "n_kv_heads")
+            if self.n_heads % self.n_kv_heads:
+                raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+        if self.attention_window is not None:
+            check_positive(self, "attention_window")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta={self.rope_theta!r} must be positive")
+        if self.positional == "rope":
+            try:
+                rope_frequencies(self.d_model // self.n_heads, self.rope_theta, self.rope_scaling)
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"rope_scaling={self.rope_scaling!r} (head dim {self.d_model // self.n_heads}): "
+                                 f"{e}") from None
+        elif self.rope_scaling is not None:
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} needs positional='rope', got {self.positional!r}")
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or ``n_heads`` when not grouped."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
 
 def _gpt2(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
@@ -61,6 +112,14 @@ def _gpt2(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
 
 def _gpt3(d_model: int, n_layers: int, n_heads: int) -> GPTConfig:
     return GPTConfig(max_len=2048, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=4 * d_model)
+
+
+def _llama(vocab_size: int, max_len: int, d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int,
+           eps: float = 1e-5, **kw: Any) -> GPTConfig:
+    """Llama's block: rotary positions, RMSNorm, SwiGLU, no biases, no dropout, an untied output."""
+    return GPTConfig(vocab_size=vocab_size, max_len=max_len, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                     n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=0.0, attention_dropout=0.0, activation="swiglu",
+                     layer_norm_eps=eps, tie_output=False, positional="rope", norm="rmsnorm", bias=False, **kw)
 
 
 PRESETS = {
@@ -87,6 +146,15 @@ PRESETS = {
     # dropout: the made-up data never repeats enough to overfit (pass dropout=0.2 for a small real text).
     "gpt-tiny": GPTConfig(vocab_size=256, max_len=256, d_model=128, n_heads=4, n_layers=4, d_ff=512, dropout=0.0,
                           attention_dropout=0.0, eos_id=2),
+    # Llama 2 (Touvron et al. 2023, Table 1 and section 2.2; the released config): 6,738,415,616 parameters.
+    "llama2-7b": _llama(32000, 4096, 4096, 32, 32, 32, 11008, eos_id=2),
+    # Llama 3 (Meta's model card and released config: 8 kv heads, 128K vocabulary, theta 500000): 8,030,261,248.
+    "llama3-8b": _llama(128256, 8192, 4096, 32, 32, 8, 14336, eos_id=128001, rope_theta=500000.0),
+    # Mistral 7B (Jiang et al. 2023, Table 1: window 4096, 8 kv heads, context 8192; the released v0.1 config
+    # allows 32768 positions): 7,241,732,096.
+    "mistral-7b": _llama(32000, 32768, 4096, 32, 32, 8, 14336, eos_id=2, attention_window=4096),
+    # For tests and CPU training: every Llama switch on, grouped heads (4 query heads share 2 kv heads).
+    "llama-tiny": _llama(256, 256, 128, 4, 4, 2, 352, eos_id=2),
 }
 
 
@@ -96,13 +164,17 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding(cfg.vocab_size, cfg.d_model, max_len=cfg.max_len, positional="learned",
-                               dropout=cfg.dropout, scale=False)
+        rope = cfg.positional == "rope"
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, max_len=cfg.max_len,
+                               positional="none" if rope else "learned", dropout=cfg.dropout, scale=False)
+        # RoPE: one table of angles for every layer, (cos, sin) handed to each (as Hugging Face's Llama does)
+        self.rotary = RotaryEmbedding(cfg.d_model // cfg.n_heads, cfg.rope_theta, cfg.rope_scaling) if rope else None
         self.decoder = Stack(
             [DecoderBlock(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
-                          activation=cfg.activation, norm_first=True, eps=cfg.layer_norm_eps, cross_attention=False)
+                          activation=cfg.activation, norm_first=True, eps=cfg.layer_norm_eps, cross_attention=False,
+                          norm=cfg.norm, n_kv_heads=cfg.n_kv_heads, bias=cfg.bias)
              for _ in range(cfg.n_layers)],
-            cfg.d_model, final_norm=True, eps=cfg.layer_norm_eps,
+            cfg.d_model, final_norm=True, eps=cfg.layer_norm_eps, norm=cfg.norm,
         )
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
@@ -128,20 +200,22 @@ class GPT(nn.Module):
             cache: from :meth:`new_cache`; ``ids`` are then only the new positions.
 
         Without ``attention_mask`` self-attention is SDPA's ``is_causal`` (no mask is built, so CUDA may run
-        its flash kernel); with one, a bool mask (the memory-efficient kernel).
+        its flash kernel); with one, a bool mask (the memory-efficient kernel). A sliding window
+        (``attention_window``) is always a ``(T, S)`` mask, combined with the padding.
         """
         start = 0 if cache is None else cache.length
         t = ids.size(1)
+        s = start + t
+        position_ids = None
         if attention_mask is None:
             x = self.embed(ids, start=start)
             mask, is_causal = None, True
         else:
-            s = start + t
             if attention_mask.shape != (ids.size(0), s):
                 raise ValueError(f"attention_mask must be (batch, cached + new positions) = {(ids.size(0), s)}, "
                                  f"got {tuple(attention_mask.shape)}")
             real = attention_mask.bool()
-            if s > self.cfg.max_len:  # positions count real tokens only, so they may still fit: count them
+            if s > self.cfg.max_len and self.rotary is None:  # positions count real tokens only: count them
                 # (the one host read here; the embedding reads positions on the CPU only)
                 n = int(real.sum(-1).max())
                 if n > self.cfg.max_len:
@@ -154,7 +228,11 @@ class GPT(nn.Module):
             keys = real[:, None, None, :]  # (B, 1, 1, S)
             mask = keys if t == 1 else combine(keys, causal_mask(t, s, device=ids.device))  # (B, 1, T, S)
             is_causal = False
-        x = self.decoder(x, None, mask, None, is_causal, caches=cache)
+        if self.cfg.attention_window is not None:  # Mistral: the causal mask cut to the last W positions
+            window = causal_mask(t, s, device=ids.device, window=self.cfg.attention_window)  # (T, S)
+            mask, is_causal = combine(mask, window), False
+        rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
+        x = self.decoder(x, None, mask, None, is_causal, caches=cache, rotary=rotary)
         return self.lm_head(x)
 
     def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
@@ -167,7 +245,8 @@ class GPT(nn.Module):
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for up to ``max_len`` positions (prompt and generated)."""
         if max_len > self.cfg.max_len:
-            raise ValueError(f"{max_len} positions exceed the model's {self.cfg.max_len} learned positions (max_len)")
+            kind = "rotary" if self.rotary is not None else "learned"
+            raise ValueError(f"{max_len} positions exceed the model's {self.cfg.max_len} {kind} positions (max_len)")
         return DecoderCache(len(self.decoder.layers), max_len)
 
 

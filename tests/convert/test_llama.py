@@ -1,0 +1,113 @@
+"""Our GPT with Llama's switches against Hugging Face's LlamaForCausalLM and MistralForCausalLM (random weights
+from small configs, no download): grouped heads, tied and untied outputs, Llama 3.1's rope scaling, biases, and
+Mistral's sliding window shorter than the sequence."""
+
+import pytest
+import torch
+
+import aiayn
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.parity
+
+BASE = {"vocab_size": 97, "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+        "initializer_range": 0.2, "bos_token_id": 1, "eos_token_id": 96, "pad_token_id": 0}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 16}
+
+
+def hf_model(kind="llama", **overrides):
+    cfg = {**BASE, **{k: dict(v) if isinstance(v, dict) else v for k, v in overrides.items()}}  # HF edits dicts
+    torch.manual_seed(0)
+    if kind == "mistral":
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**cfg))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so a swapped key would show
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+CASES = {
+    "grouped-untied": ("llama", {}),
+    "tied-llama3-rope": ("llama", {"tie_word_embeddings": True, "rope_theta": 500000.0, "rope_scaling": LLAMA3}),
+    "multi-query-bias": ("llama", {"num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True}),
+    "mistral-window": ("mistral", {"sliding_window": 5}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_equal_hugging_face(case):
+    kind, overrides = CASES[case]
+    hf = hf_model(kind, **overrides)
+    ours = aiayn.from_hf(hf)
+    assert ours.cfg.n_kv_heads == hf.config.num_key_value_heads
+    ids = torch.randint(0, 97, (3, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_converted_config_carries_every_switch():
+    cfg = aiayn.from_hf(hf_model(**CASES["tied-llama3-rope"][1])).cfg
+    assert (cfg.positional, cfg.norm, cfg.activation, cfg.bias, cfg.tie_output) == ("rope", "rmsnorm", "swiglu",
+                                                                                   False, True)
+    assert cfg.rope_theta == 500000.0 and cfg.rope_scaling == LLAMA3 and cfg.layer_norm_eps == 1e-6
+    assert aiayn.from_hf(hf_model("mistral", sliding_window=5)).cfg.attention_window == 5
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12], [13, 14], [15, 16, 17, 18, 19]]
+
+
+def padded(prompts, pad=0):
+    n = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (n - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.mark.parametrize("case", ["grouped-untied", "mistral-window"])
+def test_left_padded_batch_gives_the_logits_of_each_prompt_alone(case):
+    kind, overrides = CASES[case]
+    hf = hf_model(kind, **overrides)
+    ours = aiayn.from_hf(hf)
+    ids, mask = padded(PROMPTS)
+    n = ids.size(1)
+    with torch.no_grad():
+        got = ours(ids, attention_mask=mask)
+        for i, p in enumerate(PROMPTS):
+            alone = hf(torch.tensor([p])).logits[0]
+            torch.testing.assert_close(got[i, n - len(p):], alone, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["grouped-untied", "tied-llama3-rope", "mistral-window"])
+def test_greedy_generate_equals_hugging_face_for_a_left_padded_batch(case):
+    kind, overrides = CASES[case]
+    hf = hf_model(kind, **overrides)
+    ours = aiayn.from_hf(hf)
+    ids, mask = padded(PROMPTS)
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0, "eos_token_id": 96}
+    expected = hf.generate(ids, attention_mask=mask, **kwargs)
+    got = ours.generate(ids, attention_mask=mask, **kwargs)
+    assert got.tolist() == expected.tolist()
+    assert len({tuple(row[ids.size(1):]) for row in got.tolist()}) == 3  # the rows really differ
+
+
+def test_unsupported_configs_and_bad_keys_are_named():
+    from aiayn.convert import llama as conv
+
+    hf = hf_model()
+    config, tensors = hf.config.to_dict(), dict(hf.state_dict())
+    with pytest.raises(ValueError, match="hidden_act='gelu'"):
+        conv.convert({**config, "hidden_act": "gelu"}, tensors)
+    with pytest.raises(ValueError, match="rope type 'dynamic'"):
+        conv.convert({**config, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, tensors)
+    with pytest.raises(ValueError, match="attention_bias=True and mlp_bias=False"):
+        conv.convert({**config, "attention_bias": True}, tensors)
+    with pytest.raises(ValueError, match=r"unexpected keys.*model\.layers\.7"):
+        conv.convert(config, {**tensors, "model.layers.7.input_layernorm.weight": torch.ones(48)})
+    bad = {**tensors, "model.layers.0.self_attn.k_proj.weight": torch.zeros(48, 48)}  # 4 kv heads, not 2
+    with pytest.raises(ValueError, match=r"misshapen.*decoder\.layers\.0\.self_attn\.in_proj\.weight"):
+        conv.convert(config, bad)

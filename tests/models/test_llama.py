@@ -1,0 +1,125 @@
+"""Llama's switches on the GPT model and the shared layers: exact preset counts, the KV cache of grouped heads,
+cache == recompute with a sliding window and padding, RoPE's relative positions, the window mask by hand."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.analysis import counts, parameter_table
+from aiayn.layers import RotaryEmbedding, apply_rotary, causal_mask
+from aiayn.layers.positional import rope_frequencies
+
+
+@pytest.mark.parametrize("name, count", [("llama2-7b", 6_738_415_616), ("llama3-8b", 8_030_261_248),
+                                         ("mistral-7b", 7_241_732_096)])
+def test_presets_count_the_released_models_exactly(name, count):
+    table = parameter_table(name)  # built on the meta device
+    assert table["total"] == count == counts(name).total_parameters
+    cfg = aiayn.preset(name)
+    d, kv = cfg.d_model, cfg.kv_heads * cfg.d_model // cfg.n_heads
+    by_hand = (cfg.n_layers * (2 * d * d + 2 * d * kv + 3 * d * cfg.d_ff + 2 * d)  # no biases, RMSNorm gains
+               + 2 * cfg.vocab_size * d + d)  # untied tokens and output, final norm
+    assert by_hand == count and table["norms"] == (2 * cfg.n_layers + 1) * d
+
+
+def tiny(**overrides):
+    torch.manual_seed(0)
+    return aiayn.build("llama-tiny", **overrides).eval()
+
+
+def test_kv_cache_holds_only_the_kv_heads():
+    model = tiny()
+    cfg = model.cfg
+    assert cfg.n_kv_heads == 2 < cfg.n_heads == 4
+    cache = model.new_cache(12)
+    with torch.no_grad():
+        model(torch.randint(0, 256, (3, 7)), cache=cache)
+    d = cfg.d_model // cfg.n_heads
+    for layer in cache:
+        assert layer.self_attn.k.shape == layer.self_attn.v.shape == (3, cfg.n_kv_heads, 12, d)
+    assert model.decoder.layers[0].self_attn.in_proj.weight.shape == (cfg.d_model + 2 * cfg.n_kv_heads * d,
+                                                                       cfg.d_model)
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_cached_steps_equal_a_full_recompute_with_left_padding(window):
+    model = tiny(attention_window=window)
+    ids = torch.randint(3, 256, (2, 11))
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, :3] = False  # the second row padded on the left
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask)
+        cache = model.new_cache(11)
+        steps = [model(ids[:, :5], attention_mask=mask[:, :5], cache=cache)]
+        for i in range(5, 11):
+            steps.append(model(ids[:, i : i + 1], attention_mask=mask[:, : i + 1], cache=cache))
+    real = mask[:, :, None].expand_as(full)
+    torch.testing.assert_close(torch.cat(steps, 1)[real], full[real], atol=1e-5, rtol=1e-5)
+
+
+def test_sliding_window_sees_only_the_last_w_positions():
+    m = causal_mask(2, 5, window=3)  # queries at absolute positions 3 and 4
+    assert m.tolist() == [[False, True, True, True, False], [False, False, True, True, True]]
+    model = tiny(attention_window=3)
+    ids = torch.randint(0, 256, (1, 10))
+    changed = ids.clone()
+    changed[0, 2] = (ids[0, 2] + 1) % 256
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    # one layer reaches back 2 positions, four layers 8: position 2 reaches 2..10 but not 0..1
+    assert torch.equal(a[0, :2], b[0, :2]) and not torch.allclose(a[0, 2:], b[0, 2:])
+
+
+def test_rope_scores_depend_only_on_the_offset():
+    rope = RotaryEmbedding(8, theta=10000.0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+    def score(m, n):
+        cos, sin = rope(1, start=m)
+        cos_k, sin_k = rope(1, start=n)
+        return float((apply_rotary(q, cos, sin) * apply_rotary(k, cos_k, sin_k)).sum())
+
+    assert score(7, 3) == pytest.approx(score(104, 100), abs=1e-4)
+    assert score(7, 3) != pytest.approx(score(7, 5), abs=1e-3)
+    cos, _ = rope(3, position_ids=torch.tensor([[0, 1, 2]]))
+    assert cos.shape == (1, 1, 3, 8) and torch.allclose(cos[0, 0], rope(3)[0])
+
+
+def test_llama3_scaling_divides_long_waves_keeps_short_ones_and_blends_between():
+    plain = rope_frequencies(64, 500000.0)
+    scaled = rope_frequencies(64, 500000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    wavelen = 2 * math.pi / plain
+    short, long = wavelen < 8192 / 4, wavelen > 8192
+    assert torch.equal(scaled[short], plain[short]) and torch.allclose(scaled[long], plain[long] / 8)
+    middle = ~short & ~long
+    assert middle.any() and ((scaled[middle] < plain[middle]) & (scaled[middle] > plain[middle] / 8)).all()
+
+
+def test_bad_switches_are_refused_with_their_names():
+    cfg = aiayn.preset("llama-tiny")
+    for changes, message in [({"n_kv_heads": 3}, "n_kv_heads=3 must divide n_heads=4"),
+                             ({"norm": "batchnorm"}, "norm='batchnorm'"),
+                             ({"positional": "alibi"}, "positional='alibi'"),
+                             ({"attention_window": 0}, "attention_window=0"),
+                             ({"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling="),
+                             ({"positional": "learned", "rope_scaling": {"rope_type": "llama3"}}, "needs positional")]:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            dataclasses.replace(cfg, **changes)
+
+
+def test_a_llama_config_is_refused_by_the_gpt2_export():
+    from aiayn.convert import gpt2
+
+    with pytest.raises(ValueError, match=r"positional='rope'.*is not a GPT-2"):
+        gpt2.export(tiny())
+
+
+def test_every_parameter_gets_a_gradient():
+    model = tiny(attention_window=5).train()
+    ids = torch.randint(0, 256, (2, 9))
+    model(ids).logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
