@@ -111,3 +111,61 @@ def test_unsupported_configs_and_bad_keys_are_named():
     bad = {**tensors, "model.layers.0.self_attn.k_proj.weight": torch.zeros(48, 48)}  # 4 kv heads, not 2
     with pytest.raises(ValueError, match=r"misshapen.*decoder\.layers\.0\.self_attn\.in_proj\.weight"):
         conv.convert(config, bad)
+
+
+# Export: our GPT with Llama's switches -> a Hugging Face folder that transformers and aiayn.from_hf both load.
+OURS = {"vocab_size": 97, "max_len": 64, "d_model": 48, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "d_ff": 80,
+        "dropout": 0.0, "attention_dropout": 0.0, "activation": "swiglu", "layer_norm_eps": 1e-6, "tie_output": False,
+        "eos_id": 96, "positional": "rope", "norm": "rmsnorm", "bias": False}
+EXPORTS = {
+    "grouped-untied": {},
+    "tied-llama3-rope": {"tie_output": True, "rope_theta": 500000.0, "rope_scaling": LLAMA3},
+    "multi-query-bias": {"n_kv_heads": 1, "bias": True},
+    "mistral-window": {"attention_window": 5},
+}
+
+
+def our_model(**overrides):
+    from aiayn.models.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**OURS, **overrides}))
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so a swapped key would show
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+@pytest.mark.parametrize("case", list(EXPORTS))
+def test_exported_folder_loads_in_transformers_and_back_unchanged(case, tmp_path):
+    from aiayn.convert.to_hf import to_hf
+
+    model = our_model(**EXPORTS[case])
+    to_hf(model, tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    mistral = "attention_window" in EXPORTS[case]
+    assert type(hf).__name__ == ("MistralForCausalLM" if mistral else "LlamaForCausalLM")
+    ids = torch.randint(0, 97, (2, 17))  # longer than the window
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-4, rtol=1e-4)
+    back = aiayn.from_hf(tmp_path)
+    assert back.cfg == model.cfg
+    theirs, ours = back.state_dict(), model.state_dict()
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in ours)
+
+
+def test_export_refuses_what_llama_cannot_express_and_leaves_gpt2_to_gpt2(tmp_path):
+    import json
+
+    from aiayn.convert.to_hf import to_hf
+    from aiayn.models.gpt import GPT, GPTConfig
+
+    for overrides, field in [({"positional": "learned"}, "positional='learned'"),
+                             ({"norm": "layernorm"}, "norm='layernorm'"), ({"activation": "gelu"}, "activation='gelu'"),
+                             ({"dropout": 0.1}, "dropout=0.1"), ({"attention_window": 5, "bias": True}, "bias=True")]:
+        with pytest.raises(ValueError, match=field):
+            to_hf(GPT(GPTConfig(**{**OURS, **overrides})), tmp_path)
+    gpt2 = GPTConfig(vocab_size=97, max_len=64, d_model=48, n_heads=4, n_layers=2, d_ff=80, eos_id=96)
+    to_hf(GPT(gpt2), tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "gpt2"

@@ -13,11 +13,18 @@ size so the whole set runs in seconds (the tests); the numbers then mean nothing
     decode-beam             beam search (4) with our KV cache                      MarianMTModel.generate
     gpt2-generate           gpt2 greedy generation, batch 1                        GPT2LMHeadModel.generate
     gpt2-train              gpt2 training step, AdamW                              GPT2LMHeadModel
+    llama-tiny-generate     llama-tiny greedy generation, batch 1                  LlamaForCausalLM.generate
+    llama-tiny-generate-b16 the same, batch 16                                     LlamaForCausalLM.generate
+    llama-124m-generate     Llama-shaped 124M greedy generation, batch 1           LlamaForCausalLM.generate
+    llama-124m-generate-b16 the same, batch 16                                     LlamaForCausalLM.generate
     swin-forward            swin-t forward, 224 px, eval                           SwinForImageClassification
     vit-forward             vit-b16 forward, 224 px, eval                          ViTForImageClassification
     gpt2-generate-ct2       gpt2-generate's work                                   GPT2LMHeadModel.generate,
                                                                                    ctranslate2.Generator
     gpt2-generate-ct2-int8  the same in int8                                       ctranslate2.Generator
+    llama-124m-generate-ct2 llama-124m-generate's work                             LlamaForCausalLM.generate,
+                                                                                   ctranslate2.Generator
+    llama-124m-generate-b16-ct2  llama-124m-generate-b16's work                    the same
     decode-greedy-ct2       decode-greedy's work                                   MarianMTModel.generate,
                                                                                    ctranslate2.Translator
     decode-greedy-ct2-int8  the same in int8                                       ctranslate2.Translator
@@ -27,9 +34,10 @@ size so the whole set runs in seconds (the tests); the numbers then mean nothing
     decode-greedy-ort       decode-greedy's work                                   ours in ONNX, onnxruntime
     gpt2-generate-ort       gpt2-generate's work                                   ours in ONNX, onnxruntime
 
-Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf``; the ``torch.nn.Transformer``
-peer gets our weights copied in, and CTranslate2's models are converted from the Hugging Face ones
-(:mod:`aiayn.benchmark.ct2`; CTranslate2 is optional: ``pip install "aiayn[bench]"``, and without it
+Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf`` (the Llama cases go the other
+way: ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder); the
+``torch.nn.Transformer`` peer gets our weights copied in, and CTranslate2's models are converted from the Hugging
+Face ones (:mod:`aiayn.benchmark.ct2`; CTranslate2 is optional: ``pip install "aiayn[bench]"``, and without it
 ``aiayn bench`` skips the ``-ct2`` cases). The ``-int8`` cases run :func:`aiayn.layers.int8.quantize` of ours
 against CTranslate2's int8 on the CPU; their tokens are not required to equal (rounding differs), and each
 side's share of tokens agreeing with float32 is recorded. The ``-ort`` cases export ours to ONNX
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -58,7 +67,7 @@ from torch import Tensor, nn
 import aiayn
 from aiayn.benchmark.harness import Case, Side, Target, Unavailable, count_flops, memory_bandwidth
 from aiayn.decoding import beam_search, greedy, sample
-from aiayn.models.gpt import GPT
+from aiayn.models.gpt import GPT, PRESETS, GPTConfig
 from aiayn.models.transformer import Transformer, TransformerConfig
 from aiayn.training.losses import label_smoothed_loss
 
@@ -375,10 +384,11 @@ def gpt2_hf(quick: bool) -> nn.Module:
 
 @dataclass
 class Generation:
-    """The GPT-2 generation cases' work: ``GPT2LMHeadModel`` with random weights and no end token in its
-    generation config, ours converted from it, a ``(1, T)`` prompt and ``new`` tokens to generate."""
+    """The generation cases' work: a Hugging Face model (``GPT2LMHeadModel``, ``LlamaForCausalLM``) with random
+    weights and no end token in its generation config, ours with the same weights, a ``(B, T)`` prompt and ``new``
+    tokens to generate."""
 
-    hf: Any  # GPT2LMHeadModel: .generate
+    hf: Any  # GPT2LMHeadModel or LlamaForCausalLM: .generate
     ours: GPT
     prompt: Tensor
     new: int
@@ -433,6 +443,88 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
              "memory_bandwidth_bytes_per_s": bandwidth, "ceiling_tokens_per_s": ceiling}
     return Case("gpt2-generate", what, [Side("aiayn", run_ours), Side("GPT2LMHeadModel.generate", run_hf)],
                 units=new, unit="tokens", checks={"GPT2LMHeadModel.generate": check}, target=Target(1.3), extra=extra)
+
+
+# --- Llama ---------------------------------------------------------------------------------------------------
+
+# GPT-2 small's sizes with Llama's switches: 4 kv heads, SwiGLU's d_ff 2048 (about 8/3 d_model), Llama 2's
+# vocabulary; 124,668,672 parameters (the untied output included)
+LLAMA_124M = dataclasses.replace(PRESETS["llama-tiny"], vocab_size=32000, max_len=1024, d_model=768, n_layers=12,
+                                 n_heads=12, n_kv_heads=4, d_ff=2048)
+
+
+def llama_generation(cfg: GPTConfig, batch: int, quick: bool, device: torch.device) -> Generation:
+    """Our GPT of ``cfg`` (quick: ``llama-tiny``) with random weights, and the ``LlamaForCausalLM`` that
+    Hugging Face loads from its :func:`~aiayn.convert.to_hf.to_hf` folder, with neither an end token nor a
+    padding token to generate with (as :func:`generation`); ``batch`` prompts of 16 tokens, 256 new tokens at
+    batch 1 (as many as fit in ``max_len``) and 64 at batch 16 (quick: 4, 8)."""
+    import transformers
+
+    from aiayn.convert.to_hf import to_hf
+
+    prompt_len, new = (4, 8) if quick else (16, 256 if batch == 1 else 64)
+    torch.manual_seed(0)
+    ours = GPT(PRESETS["llama-tiny"] if quick else cfg).eval()
+    new = min(new, ours.cfg.max_len - prompt_len)  # llama-tiny's 256 positions: 240 new tokens
+    with tempfile.TemporaryDirectory() as folder:
+        to_hf(ours, folder)
+        hf: Any = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = None
+    prompt = torch.randint(0, ours.cfg.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(0))
+    return Generation(hf.to(device), ours.to(device), prompt.to(device), new)
+
+
+def llama_generate(name: str, label: str, cfg: GPTConfig, batch: int, quick: bool, device: torch.device) -> Case:
+    """Greedy generation with the KV cache, ``batch`` same-length prompts, against ``LlamaForCausalLM.generate``
+    on the same weights; neither stops early (:func:`gpt2_generate`). At batch 1 the memory-bandwidth ceiling is
+    recorded as there: every weight is read once per token, except the token table, of which one row is read
+    (the output projection is untied)."""
+    g = llama_generation(cfg, batch, quick, device)
+    hf, ours, prompt, new = g.hf, g.ours, g.prompt, g.new
+    prompt_len = prompt.size(1)
+    mask = torch.ones_like(prompt)
+
+    def run_ours() -> Tensor:
+        return cast(Tensor, sample(ours, prompt, new, temperature=0))  # a tensor prompt gives a tensor
+
+    def run_hf() -> Tensor:
+        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
+
+    got, expected = run_ours(), run_hf()
+    check = same(f"prompts + {new} generated ids, batch {batch}", got, expected)
+    check["ok"] = check["ok"] and got.shape == (batch, prompt_len + new)
+    extra: dict[str, Any] = {"batch": batch, "prompt_tokens": prompt_len, "new_tokens": new}
+    if batch == 1:
+        weights = {id(p): p for p in ours.parameters()}  # tied tables once
+        read = sum(p.numel() * p.element_size() for p in weights.values())
+        if not ours.cfg.tie_output:
+            read -= ours.embed.tokens.weight.nbytes
+        bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
+        extra.update(weight_bytes_per_token=read, memory_bandwidth_bytes_per_s=bandwidth,
+                     ceiling_tokens_per_s=bandwidth / read)
+    what = (f"{'llama-tiny' if quick else label} ({_millions(ours)} parameters, random weights) greedy generation "
+            f"with the KV cache, batch {batch}, {prompt_len}-token prompts, {new} new tokens, against "
+            f"LlamaForCausalLM.generate on the same weights (exported with to_hf); no side has an end token")
+    return Case(name, what, [Side("aiayn", run_ours), Side("LlamaForCausalLM.generate", run_hf)],
+                units=batch * new, unit="tokens", checks={"LlamaForCausalLM.generate": check}, target=Target(1.0),
+                extra=extra)
+
+
+def llama_tiny_generate(quick: bool, device: torch.device) -> Case:
+    return llama_generate("llama-tiny-generate", "llama-tiny", PRESETS["llama-tiny"], 1, quick, device)
+
+
+def llama_tiny_generate_b16(quick: bool, device: torch.device) -> Case:
+    return llama_generate("llama-tiny-generate-b16", "llama-tiny", PRESETS["llama-tiny"], 16, quick, device)
+
+
+def llama_124m_generate(quick: bool, device: torch.device) -> Case:
+    return llama_generate("llama-124m-generate", "Llama-shaped 124M", LLAMA_124M, 1, quick, device)
+
+
+def llama_124m_generate_b16(quick: bool, device: torch.device) -> Case:
+    return llama_generate("llama-124m-generate-b16", "Llama-shaped 124M", LLAMA_124M, 16, quick, device)
 
 
 def gpt2_train(quick: bool, device: torch.device) -> Case:
@@ -606,6 +698,48 @@ def gpt2_ct2(precision: str, quick: bool, device: torch.device) -> Case:
     name = "gpt2-generate-ct2" + ("" if precision == "float32" else "-int8")
     return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new),
                        {"prompt_tokens": t, "ctranslate2": ct2.version()})
+
+
+def llama_ct2(batch: int, quick: bool, device: torch.device) -> Case:
+    """:func:`llama_generate`'s work on the Llama-shaped 124M at float32 against CTranslate2's ``Generator``
+    (converted from the ``LlamaForCausalLM``) and ``LlamaForCausalLM.generate``, with ``end_token=[]`` as in
+    :func:`gpt2_ct2`."""
+    ct2 = _ct2(device)
+    g = llama_generation(LLAMA_124M, batch, quick, device)
+    hf, prompt, new = g.hf, g.prompt, g.new
+    eos = g.ours.cfg.eos_id
+    vocab = ct2.Vocabulary(g.ours.cfg.vocab_size, {eos: "</s>"}, bos=eos, eos=eos)
+    generator = ct2.generator(hf, vocab, "float32")
+    start, t = vocab.tokens(prompt), prompt.size(1)
+    mask = torch.ones_like(prompt)
+
+    def run_ours(model: nn.Module) -> Tensor:
+        return cast(Tensor, sample(model, prompt, new, temperature=0))[:, t:]  # (B, N) a tensor prompt: a tensor
+
+    def run_hf() -> Tensor:
+        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)[:, t:]
+
+    def run_ct2() -> Tensor:
+        out = generator.generate_batch(start, max_length=new, include_prompt_in_result=False, end_token=[],
+                                       beam_size=1)
+        return torch.tensor([r.sequences_ids[0] for r in out])  # (B, N)
+
+    peers = [Side("LlamaForCausalLM.generate", run_hf), Side("ctranslate2.Generator", run_ct2, torch_memory=False)]
+    what = (f"{'llama-tiny' if quick else 'Llama-shaped 124M'} ({_millions(g.ours)} parameters, random weights) "
+            f"greedy generation with the KV cache, batch {batch}, {t}-token prompts, {new} new tokens, float32, "
+            f"against LlamaForCausalLM.generate and ctranslate2.Generator (CTranslate2 {ct2.version()}, "
+            f"{_threads()}) on the same weights; no side has an end token")
+    name = "llama-124m-generate" + ("" if batch == 1 else f"-b{batch}") + "-ct2"
+    return against_ct2(name, what, "float32", g.ours, run_ours, peers, (batch, new),
+                       {"batch": batch, "prompt_tokens": t, "ctranslate2": ct2.version()})
+
+
+def llama_124m_generate_ct2(quick: bool, device: torch.device) -> Case:
+    return llama_ct2(1, quick, device)
+
+
+def llama_124m_generate_b16_ct2(quick: bool, device: torch.device) -> Case:
+    return llama_ct2(16, quick, device)
 
 
 def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: torch.device) -> Case:
@@ -808,10 +942,16 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "decode-beam": decode_beam,
     "gpt2-generate": gpt2_generate,
     "gpt2-train": gpt2_train,
+    "llama-tiny-generate": llama_tiny_generate,
+    "llama-tiny-generate-b16": llama_tiny_generate_b16,
+    "llama-124m-generate": llama_124m_generate,
+    "llama-124m-generate-b16": llama_124m_generate_b16,
     "swin-forward": swin_forward,
     "vit-forward": vit_forward,
     "gpt2-generate-ct2": gpt2_generate_ct2,
     "gpt2-generate-ct2-int8": gpt2_generate_ct2_int8,
+    "llama-124m-generate-ct2": llama_124m_generate_ct2,
+    "llama-124m-generate-b16-ct2": llama_124m_generate_b16_ct2,
     "decode-greedy-ct2": decode_greedy_ct2,
     "decode-greedy-ct2-int8": decode_greedy_ct2_int8,
     "decode-beam-ct2": decode_beam_ct2,

@@ -16,6 +16,7 @@ Shapes: B batch, T tokens.
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -104,7 +105,8 @@ def _load(spec: Any, precision: str, kind: str) -> Any:
 
 
 def generator(hf: nn.Module, vocab: Vocabulary, precision: str = "float32") -> Any:
-    """A ``ctranslate2.Generator`` holding the weights of ``hf``, a ``transformers.GPT2LMHeadModel``.
+    """A ``ctranslate2.Generator`` holding the weights of ``hf``, a ``transformers.GPT2LMHeadModel`` or
+    ``LlamaForCausalLM``.
 
     Args:
         hf: the model (its weights are copied; it is left as it was).
@@ -113,10 +115,15 @@ def generator(hf: nn.Module, vocab: Vocabulary, precision: str = "float32") -> A
     """
     _check(precision)
     require()
-    from ctranslate2.converters.transformers import GPT2Loader
+    from ctranslate2.converters import transformers as loaders
 
+    loader = {"GPT2LMHeadModel": loaders.GPT2Loader, "LlamaForCausalLM": loaders.LlamaLoader}.get(type(hf).__name__)
+    if loader is None:
+        raise TypeError(f"generator takes a GPT2LMHeadModel or LlamaForCausalLM, got {type(hf).__name__}")
+    if loader is loaders.LlamaLoader:  # it deletes each layer's self_attn and mlp once copied: give it a copy
+        hf = copy.deepcopy(hf)
     with torch.no_grad():
-        spec = GPT2Loader()(hf, vocab)
+        spec = loader()(hf, vocab)
     return _load(spec, precision, "Generator")
 
 

@@ -120,11 +120,13 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="speed and memory against torch.nn.Transformer and Hugging Face, side by side; "
                                      "writes benchmarks/results/*.json and docs/benchmarks.md")
     b.add_argument("cases", nargs="*", metavar="CASE",
-                   help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train swin-forward "
-                        "vit-forward gpt2-generate-ct2 gpt2-generate-ct2-int8 decode-greedy-ct2 decode-greedy-ct2-int8 "
-                        "decode-beam-ct2 decode-beam-ct2-int8 decode-greedy-ort gpt2-generate-ort scaling (default: "
-                        "all; the -ct2 and -ort cases, against CTranslate2 and onnxruntime, need pip install "
-                        "\"aiayn[bench]\")")
+                   help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train "
+                        "llama-tiny-generate llama-tiny-generate-b16 llama-124m-generate llama-124m-generate-b16 "
+                        "swin-forward vit-forward gpt2-generate-ct2 gpt2-generate-ct2-int8 "
+                        "llama-124m-generate-ct2 llama-124m-generate-b16-ct2 decode-greedy-ct2 "
+                        "decode-greedy-ct2-int8 decode-beam-ct2 decode-beam-ct2-int8 decode-greedy-ort "
+                        "gpt2-generate-ort scaling (default: all; the -ct2 and -ort cases, against CTranslate2 and "
+                        "onnxruntime, need pip install \"aiayn[bench]\")")
     b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
     b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
     b.add_argument("--rounds", type=int, default=None,

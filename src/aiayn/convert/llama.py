@@ -14,6 +14,12 @@ no row is permuted; q, k and v are stacked into our fused ``in_proj`` (k and v h
     model.norm                          -> decoder.norm
     lm_head                             -> lm_head (tied to the tokens when the config ties them)
     *.rotary_emb.inv_freq               -> dropped (recomputed from the config)
+
+:func:`export` reads the table the other way: our GPT with Llama's switches -> ``LlamaForCausalLM``, or
+``MistralForCausalLM`` when it has an ``attention_window`` (``lm_head`` written only when untied). The rope
+settings are written both as transformers 4 reads them (``rope_theta``, ``rope_scaling``) and as transformers 5
+does (``rope_parameters``). What Llama cannot express is refused: learned positions, LayerNorm, an ungated or
+non-SwiGLU feed-forward, residual dropout (Llama has only attention dropout), and biases in Mistral.
 """
 
 from __future__ import annotations
@@ -24,7 +30,14 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, fused, linear, load_converted
+from aiayn.convert.to_hf import copy, our_weights, refuse
 from aiayn.models.gpt import GPT, GPTConfig
+
+# what our GPT must hold for Hugging Face's Llama to compute it: (field, value Llama has, why)
+LLAMA = [("positional", "rope", "Llama has rotary positions, no learned table"),
+         ("norm", "rmsnorm", "Llama normalises with RMSNorm"),
+         ("activation", "swiglu", "Llama's MLP is SwiGLU (a silu gate times the up projection)"),
+         ("dropout", 0.0, "Llama has no residual or embedding dropout (only attention_dropout)")]
 
 # (ours, theirs, has a bias when the config says so) per block
 BLOCK = [("norm1", "input_layernorm", False), ("self_attn.out_proj", "self_attn.o_proj", True),
@@ -94,3 +107,53 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Llama")
         out["lm_head.weight"] = out["embed.tokens.weight"]
     src.check_all_taken(ignore=(".rotary_emb.inv_freq",))
     return load_converted(GPT(cfg), out, name)
+
+
+def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(config, weights)`` of the ``LlamaForCausalLM`` (``MistralForCausalLM`` with an ``attention_window``)
+    computing what our ``model`` computes (see the table).
+
+    Raises:
+        ValueError: a switch Llama cannot express (see the module docstring); the message names the field.
+    """
+    cfg = model.cfg
+    for field, wanted, why in LLAMA:
+        if getattr(cfg, field) != wanted:
+            refuse(field, getattr(cfg, field), f"{why}; Llama needs {field}={wanted!r}")
+    mistral = cfg.attention_window is not None
+    if mistral and cfg.bias:
+        refuse("bias", cfg.bias, "Mistral (the Llama with a sliding window) has no biases")
+    scaling = None if cfg.rope_scaling is None else dict(cfg.rope_scaling)
+    config: dict[str, Any] = {
+        "model_type": "mistral" if mistral else "llama",
+        "architectures": ["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
+        "vocab_size": cfg.vocab_size, "max_position_embeddings": cfg.max_len, "hidden_size": cfg.d_model,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads, "num_hidden_layers": cfg.n_layers,
+        "intermediate_size": cfg.d_ff, "head_dim": cfg.d_model // cfg.n_heads, "hidden_act": "silu",
+        "rms_norm_eps": cfg.layer_norm_eps, "attention_dropout": cfg.attention_dropout,
+        "tie_word_embeddings": cfg.tie_output, "eos_token_id": cfg.eos_id,
+        "rope_theta": cfg.rope_theta, "rope_scaling": scaling,
+        "rope_parameters": {"rope_type": "default", **(scaling or {}), "rope_theta": cfg.rope_theta},
+    }
+    if mistral:
+        config["sliding_window"] = cfg.attention_window
+    else:
+        config.update(attention_bias=cfg.bias, mlp_bias=cfg.bias, pretraining_tp=1)
+    src = our_weights(model, "our GPT")
+    out: dict[str, Tensor] = {"model.embed_tokens.weight": src.take("embed.tokens.weight")}
+    d_kv = cfg.kv_heads * (cfg.d_model // cfg.n_heads)
+    for i in range(cfg.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"model.layers.{i}"
+        for kind in ("weight", "bias") if cfg.bias else ("weight",):  # rows q (C), k (kv heads), v (kv heads)
+            qkv = src.take(f"{ours}.self_attn.in_proj.{kind}").split([cfg.d_model, d_kv, d_kv])
+            for p, part in zip("qkv", qkv, strict=True):
+                out[f"{theirs}.self_attn.{p}_proj.{kind}"] = part
+        for mine, theirs_name, biased in BLOCK:
+            copy(src, f"{theirs}.{theirs_name}", f"{ours}.{mine}", out, bias=biased and cfg.bias)
+    copy(src, "model.norm", "decoder.norm", out, bias=False)
+    if cfg.tie_output:
+        src.alias("lm_head.weight", out["model.embed_tokens.weight"])
+    else:
+        out["lm_head.weight"] = src.take("lm_head.weight")
+    src.check_all_taken()
+    return config, out

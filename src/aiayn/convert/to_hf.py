@@ -1,6 +1,7 @@
 """aiayn models -> Hugging Face folders: the inverse of :func:`aiayn.convert.from_hf`.
 
     GPT          -> GPT2LMHeadModel                       (convert/gpt2.py)
+                    or, with any Llama switch on, LlamaForCausalLM / MistralForCausalLM  (convert/llama.py)
     BERT         -> BertModel, BertForMaskedLM, BertForPreTraining or BertForSequenceClassification,
                     by the model's head                   (convert/bert.py)
     Transformer  -> MarianMTModel (sinusoidal positions, concatenated layout)
@@ -85,8 +86,20 @@ def refuse(field: str, value: Any, why: str) -> NoReturn:
     raise ValueError(f"{field}={value!r} cannot be exported to Hugging Face: {why}")
 
 
+def _gpt(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """A GPT with any of Llama's switches on (aiayn.models.gpt's docstring) goes to Llama, else to GPT-2."""
+    from aiayn.convert import gpt2, llama
+    from aiayn.layers.feedforward import GATED
+    from aiayn.models.gpt import GPTConfig
+
+    cfg, plain = model.cfg, GPTConfig()
+    switched = cfg.activation in GATED or any(getattr(cfg, f) != getattr(plain, f) for f in (
+        "positional", "norm", "n_kv_heads", "bias", "attention_window"))
+    return (llama.export if switched else gpt2.export)(model)
+
+
 def _exporters() -> list[tuple[type, Export]]:
-    from aiayn.convert import bert, detr, gpt2, seq2seq, swin, vit
+    from aiayn.convert import bert, detr, seq2seq, swin, vit
     from aiayn.models.bert import BERT
     from aiayn.models.detr import DETR
     from aiayn.models.gpt import GPT
@@ -94,7 +107,7 @@ def _exporters() -> list[tuple[type, Export]]:
     from aiayn.models.transformer import Transformer
     from aiayn.models.vit import ViT
 
-    return [(GPT, gpt2.export), (BERT, bert.export), (Transformer, seq2seq.export), (ViT, vit.export),
+    return [(GPT, _gpt), (BERT, bert.export), (Transformer, seq2seq.export), (ViT, vit.export),
             (Swin, swin.export), (DETR, detr.export)]
 
 
