@@ -70,8 +70,9 @@ def scaled_dot_product_attention(
 
     Args:
         q: ``(B, H, T, D)`` queries.
-        k: ``(B, H, S, D)`` keys.
-        v: ``(B, H, S, Dv)`` values.
+        k: ``(B, H, S, D)`` keys, or ``(B, Hkv, S, D)`` with Hkv dividing H (grouped-query attention: query
+            head h reads kv head ``h // (H / Hkv)``).
+        v: ``(B, H or Hkv, S, Dv)`` values.
         mask: bool, ``True`` = may attend, broadcastable to ``(B, H, T, S)``; or a float tensor
             added to the scores (Swin's relative position bias plus its shift mask).
         dropout_p: dropout on the attention weights (training only; the caller passes 0 in eval).
@@ -85,10 +86,15 @@ def scaled_dot_product_attention(
     empty = None
     if mask is not None and mask.dtype == torch.bool:
         mask, empty = _safe(mask, ask=mask.device.type == "cpu")
-    if not need_weights:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    grouped = k.size(1) != q.size(1)  # grouped-query attention: fewer key/value heads than query heads
+    if not need_weights:  # the kernel reads each kv head for its group of query heads, without copying them
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                             enable_gqa=grouped)
         weights = None
     else:
+        if grouped:  # each kv head repeated for its group of query heads (Hugging Face's repeat_kv)
+            group = q.size(1) // k.size(1)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
         if is_causal:
             mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))
@@ -152,12 +158,6 @@ class MultiHeadAttention(nn.Module):
             k, v = self._project(memory + memory_pos, slice(c, c + kv)), self._project(memory, slice(c + kv, None))
         return self._heads(k), self._heads(v)
 
-    def _share_kv(self, k: Tensor) -> Tensor:
-        """Grouped-query attention: ``(B, Hkv, S, D)`` -> ``(B, H, S, D)``, each kv head repeated for its group
-        of query heads (as Hugging Face's ``repeat_kv``); the identity without grouping."""
-        group = self.n_heads // self.n_kv_heads
-        return k if group == 1 else k.repeat_interleave(group, dim=1)
-
     def forward(
         self,
         x: Tensor,
@@ -217,7 +217,6 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(self._project(x if pos is None else x + pos, slice(None, c)))
             # kv is None here only if memory is not (the branch above)
             k, v = kv if kv is not None else self.project_kv(cast(Tensor, memory), memory_pos)
-        k, v = self._share_kv(k), self._share_kv(v)  # (B, H, S, D)
         record = bool(_recorders)
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
