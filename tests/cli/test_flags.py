@@ -14,17 +14,19 @@ from aiayn.cli.train import to_config
 # a value unlike the default for every field of every recipe (a new field without one fails the first test)
 VALUES = {
     "preset": {"translation": "transformer-base", "lm": "gpt2", "mlm": "bert-base", "denoise": "bart-base",
-               "image": "swin-tiny", "detect": "detr-r50"},
+               "image": "swin-tiny", "detect": "detr-r50", "textclass": "bert-base"},
     "steps": 7, "minutes": 1.5, "warmup": 3, "accum": 2, "eval_every": 5, "save_every": 4, "bf16": True,
     "compile": True, "device": "cpu", "fp16": True, "grad_checkpoint": True, "seed": 9, "out": "elsewhere",
     "name": "mine", "average": 3, "val_data": "b.txt",
     "data": {"translation": ["a.tsv"], "lm": "a.txt", "mlm": "a.txt", "denoise": "a.txt", "image": "mnist",
-             "detect": "voc"},
+             "detect": "voc", "textclass": "reviews"},
     "data_dir": "some/folder", "test_dir": "other/folder", "src_lang": "en", "tgt_lang": "zh", "tokenizer": "bpe",
     "vocab_size": 333, "n_train": 123, "n_test": 45, "max_tokens": 777, "schedule": "linear", "lr_factor": 0.7,
     "label_smoothing": 0.2, "beam": 3, "block": 32, "batch_size": 5, "lr": 0.0123, "beta2": 0.9,
     "weight_decay": 0.3, "clip": 0.5, "eval_blocks": 9, "max_len": 48, "noise": "mask,delete", "noise_ratio": 0.2,
     "shift": 1, "image_size": 96, "max_objects": 2, "lr_backbone": 0.002, "eos_coef": 0.3,
+    "init_from": "runs/pretrained", "freeze": 2, "body_lr": 0.1, "n_examples": 77, "val_fraction": 0.2,
+    "test_fraction": 0.15, "split_seed": 4,
 }
 
 
@@ -49,7 +51,7 @@ def test_every_field_is_a_flag_that_reaches_the_config(task):
         v = value(field, task)
         assert getattr(defaults, field) != v, f"{task}.{field}: the test value is the default"
         needs = {("detect", "data"): ["--data-dir", "x"], ("lm", "val_data"): ["--data", "a.txt"]}  # voc: its folder
-        extra = needs.get((task, field), [])
+        extra = needs.get((task, field), ["--init-from", "x"] if field in ("freeze", "body_lr") else [])
         cfg, _ = to_config([task, *flag(field, v), *extra], _Parser)
         assert getattr(cfg, field) == v, f"{task} --{field}"
         assert cfg.recipe == task
@@ -60,7 +62,7 @@ def test_every_field_is_a_flag_that_reaches_the_config(task):
 @pytest.mark.parametrize("task", sorted(recipes.TASKS))
 def test_a_flag_the_recipe_does_not_take_is_refused(task, capsys):
     foreign = {"translation": "--block", "lm": "--max-tokens", "mlm": "--noise", "denoise": "--shift",
-               "image": "--lr-factor", "detect": "--tokenizer"}[task]
+               "image": "--lr-factor", "detect": "--tokenizer", "textclass": "--block"}[task]
     for args in ([task, foreign, "1"], [task, "--bogus"], [task, "--set", "no_such_field=1"], [task, "--steps", "0"]):
         with pytest.raises(SystemExit) as exit:
             to_config(args, _Parser)
