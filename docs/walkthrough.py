@@ -16,7 +16,9 @@
 # scores, the division by sqrt(d_k), the softmax, the weighted sum, the heads concatenated and W_O; then
 # the masks, the decoder and the output softmax. Every step prints shapes and values and is checked
 # against the library's own modules. At the end, the scoring functions the literature lists are set side
-# by side, and we see why the scaling by sqrt(d_k) keeps softmax out of saturation.
+# by side, and we see why the scaling by sqrt(d_k) keeps softmax out of saturation. Then the places where the
+# tutorials say it differently (label smoothing as KL or cross-entropy, masks multiplied by 0/1, the decoder's
+# own K and V, attention dropout), and last GPT-2 turned into Llama one change at a time.
 #
 # Run it as a script (`python docs/walkthrough.py`) or open it as a notebook with jupytext. CI runs it.
 # 中文版: `docs/walkthrough.zh.py`.
@@ -203,4 +205,121 @@ for d_k in (4, 16, 64, 256, 1024):
           f"unscaled {float(top_raw):.2f}, scaled {float(top_scaled):.2f}")
     if d_k >= 256:
         assert top_raw > 0.9 > top_scaled  # unscaled: saturated; scaled: still spread out
+
+# %% [markdown]
+# ## 10. Where the tutorials say it differently
+# **Label smoothing: KL divergence or cross-entropy.** Some tutorials write the smoothed loss as the KL
+# divergence KL(q || p) from the smoothed target q to the model's p; we (like fairseq and tensor2tensor) take
+# the cross-entropy H(q, p). They differ by H(q), the target's own entropy, which does not depend on the model:
+# the gradients are the same and the cross-entropy is higher by H(q) per token.
+
+# %%
+from aiayn.training.losses import label_smoothed_loss, smoothing_entropy  # noqa: E402
+
+eps, vocab = 0.1, cfg.tgt_vocab_size
+with torch.enable_grad():
+    z = model(src, tgt_in).detach().requires_grad_(True)  # (1, T, V)
+    q = torch.full_like(z, eps / (vocab - 2))  # eps spread over every token but the target and padding
+    q[..., cfg.pad_id] = 0.0
+    q.scatter_(-1, tgt_out[..., None], 1.0 - eps)
+    ce, _, n = label_smoothed_loss(z, tgt_out, cfg.pad_id, eps)
+    kl = F.kl_div(z.log_softmax(-1), q, reduction="sum")
+    (grad_ce,), (grad_kl,) = torch.autograd.grad(ce, z), torch.autograd.grad(kl, z)
+print(f"cross-entropy {float(ce) / n:.4f}, KL {float(kl) / n:.4f} per token; the difference "
+      f"{float(ce - kl) / n:.4f} = H(q) = {smoothing_entropy(vocab, eps):.4f}")
+check("the gradients of cross-entropy and KL", grad_ce, grad_kl)
+
+# %% [markdown]
+# **Masking by multiplying with 0/1.** A mask has to make a weight exactly zero. Multiplying the *scores* by 0
+# leaves a score of 0, and softmax gives exp(0) a share: the future still leaks in. Multiplying the *weights* by
+# 0 after the softmax removes it but the row no longer sums to 1. Setting the score to -inf (what we do, as
+# PyTorch's `scaled_dot_product_attention` does) gives exp(-inf) = 0 and rows that sum to 1.
+
+# %%
+s4 = torch.tensor([[2.0, -1.0, 0.5, 1.0]] * 4)  # four queries over four keys
+look_ahead = causal_mask(4)  # (4, 4), True = may attend
+times_mask = (s4 * look_ahead).softmax(-1)
+after = s4.softmax(-1) * look_ahead
+ours = s4.masked_fill(~look_ahead, float("-inf")).softmax(-1)
+print("scores x mask, then softmax: weight on the future", times_mask[0, 1:].sum().item(), "(should be 0)")
+print("softmax, then x mask: rows sum to", after.sum(-1).tolist())
+print("-inf, then softmax: future weight", ours.triu(1).abs().sum().item(), ", rows sum to", ours.sum(-1).tolist())
+assert times_mask[0, 1:].sum() > 0.2 and (ours.triu(1) == 0).all()
+
+# %% [markdown]
+# **"The encoder hands K and V to the decoder."** It hands over its output, the memory (B, S, C), once. Each
+# decoder layer makes its own keys and values from it with its own W^K and W^V (that is what the KV cache keeps
+# per layer during decoding), so no two layers attend over the same keys.
+
+# %%
+k0, _ = model.decoder.layers[0].cross_attn.project_kv(memory)  # (1, H, S, d_k)
+k1, _ = model.decoder.layers[1].cross_attn.project_kv(memory)
+print("memory", tuple(memory.shape), "-> layer 0 keys", tuple(k0.shape), "; layer 1's differ from layer 0's:",
+      not torch.allclose(k0, k1))
+assert not torch.allclose(k0, k1)
+
+# %% [markdown]
+# **Dropout on the attention weights.** The paper drops sub-layer outputs and the embedding sums (section 5.4)
+# and never mentions the attention weights; the d2l code the tutorials quote drops them too. Ours follows the
+# paper: `attention_dropout` is 0 unless set (tensor2tensor's later `transformer_base` uses 0.1).
+
+# %%
+print("attention_dropout =", cfg.attention_dropout, "; dropout (sub-layers, embeddings) =", cfg.dropout)
+
+# %% [markdown]
+# ## 11. From GPT-2 to Llama, one change at a time
+# Llama's block is GPT-2's pre-norm decoder block with five changes, each a switch of the same layers
+# (`aiayn.models.gpt`). We turn them on one after another on a small GPT-2 and check what each one does.
+
+# %%
+from aiayn import build, count_parameters  # noqa: E402
+from aiayn.layers.positional import RotaryEmbedding, apply_rotary  # noqa: E402
+from aiayn.models.gpt import GPTConfig  # noqa: E402
+
+steps = {"GPT-2": {}, "+ RoPE": {"positional": "rope"}, "+ RMSNorm": {"norm": "rmsnorm"},
+         "+ SwiGLU": {"activation": "swiglu", "d_ff": 344}, "+ grouped kv heads": {"n_kv_heads": 2},
+         "+ no biases": {"bias": False}}
+switches = {"vocab_size": 100, "max_len": 64, "eos_id": 2, "d_model": 128, "n_heads": 4, "n_layers": 2,
+            "d_ff": 512, "dropout": 0.0, "attention_dropout": 0.0}  # a small GPT-2
+for name, change in steps.items():
+    switches.update(change)
+    gpt = build(GPTConfig(**switches)).eval()
+    gpt_cfg = gpt.cfg
+    kv_per_token = 2 * gpt_cfg.n_layers * gpt_cfg.kv_heads * (gpt_cfg.d_model // gpt_cfg.n_heads) * 4
+    print(f"{name:20s} {count_parameters(gpt):>8,} parameters, KV cache {kv_per_token:,} bytes per token")
+
+# %% [markdown]
+# **RoPE** turns q and k by angles proportional to their positions, so their dot product depends only on how
+# far apart they are: the same pair of vectors scores the same at positions (3, 1) and (40, 38).
+
+# %%
+rope = RotaryEmbedding(32)
+cos, sin = rope(64)  # (T, D)
+qv, kv_ = torch.randn(32, generator=g), torch.randn(32, generator=g)
+
+
+def rotated_score(m, n):
+    return float(apply_rotary(qv, cos[m], sin[m]) @ apply_rotary(kv_, cos[n], sin[n]))
+
+
+print(f"score at (3, 1): {rotated_score(3, 1):.4f}, at (40, 38): {rotated_score(40, 38):.4f}, "
+      f"at (40, 30): {rotated_score(40, 30):.4f}")
+assert abs(rotated_score(3, 1) - rotated_score(40, 38)) < 1e-4
+
+# %% [markdown]
+# **RMSNorm** drops LayerNorm's mean and bias: x / sqrt(mean(x^2) + eps) * w. **SwiGLU** gates the hidden
+# layer: down(silu(gate(x)) * up(x)), three matrices, so d_ff shrinks to about 2/3 to keep the size.
+# **Grouped kv heads** let 4 query heads share 2 key/value heads: the cache per token halves.
+
+# %%
+block = gpt.decoder.layers[0]
+xs = torch.randn(1, 5, 128, generator=g)
+rms = xs / xs.pow(2).mean(-1, keepdim=True).add(block.norm1.eps).sqrt() * block.norm1.weight
+check("RMSNorm", rms, block.norm1(xs))
+ff = block.ff
+check("SwiGLU", ff.fc2(F.silu(ff.gate(xs)) * ff.fc1(xs)), ff(xs))
+cache = gpt.new_cache(8)
+gpt(torch.tensor([[5, 6, 7]]), cache=cache)
+print("cached keys per layer:", tuple(cache[0].self_attn.k.shape), "(batch, kv heads, positions, head dim)")
+assert cache[0].self_attn.k.size(1) == 2
 print("done: every step above matched the library")

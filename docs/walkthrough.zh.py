@@ -14,7 +14,9 @@
 # 逐步演示: 先在复制任务 (The Annotated Transformer 的第一个例子) 上训练一个小模型, 然后手工重算模型所做的
 # 每一步: 词嵌入与位置编码、以矩阵乘法得到 Q/K/V、打分、除以 sqrt(d_k)、softmax、加权求和、拼接各个头再乘 W_O;
 # 接着是掩码、解码器和输出的 softmax。每一步都打印形状和数值, 并与库中的模块逐一核对。最后把文献中常见的
-# 几种打分函数放在一起比较, 并说明为什么除以 sqrt(d_k) 能让 softmax 不至于饱和。
+# 几种打分函数放在一起比较, 并说明为什么除以 sqrt(d_k) 能让 softmax 不至于饱和。随后指出教程的几处说法与本包的
+# 差别 (标签平滑的 KL 与交叉熵、0/1 乘法掩码、解码器各层自己投影 K 和 V、注意力 dropout), 最后把 GPT-2
+# 一步一步改成 Llama。
 #
 # 可以直接运行 (`python docs/walkthrough.zh.py`), 也可以用 jupytext 当作 notebook 打开。CI 会运行英文版;
 # 测试保证两个版本的代码完全相同, 只有说明文字不同。English: `docs/walkthrough.py`.
@@ -198,4 +200,118 @@ for d_k in (4, 16, 64, 256, 1024):
           f"unscaled {float(top_raw):.2f}, scaled {float(top_scaled):.2f}")
     if d_k >= 256:
         assert top_raw > 0.9 > top_scaled  # 未缩放: 饱和; 缩放后: 仍然分散
+
+# %% [markdown]
+# ## 10. 教程说法与本包不同之处
+# **标签平滑: KL 散度还是交叉熵。** 有的教程把平滑后的损失写成平滑目标 q 到模型分布 p 的 KL 散度
+# KL(q || p); 我们 (与 fairseq、tensor2tensor 一样) 用交叉熵 H(q, p)。两者相差 H(q), 即目标分布自身的熵,
+# 与模型无关: 梯度完全相同, 交叉熵每个词元高出 H(q)。
+
+# %%
+from aiayn.training.losses import label_smoothed_loss, smoothing_entropy  # noqa: E402
+
+eps, vocab = 0.1, cfg.tgt_vocab_size
+with torch.enable_grad():
+    z = model(src, tgt_in).detach().requires_grad_(True)  # (1, T, V)
+    q = torch.full_like(z, eps / (vocab - 2))  # eps 均分给目标和填充以外的每个词元
+    q[..., cfg.pad_id] = 0.0
+    q.scatter_(-1, tgt_out[..., None], 1.0 - eps)
+    ce, _, n = label_smoothed_loss(z, tgt_out, cfg.pad_id, eps)
+    kl = F.kl_div(z.log_softmax(-1), q, reduction="sum")
+    (grad_ce,), (grad_kl,) = torch.autograd.grad(ce, z), torch.autograd.grad(kl, z)
+print(f"cross-entropy {float(ce) / n:.4f}, KL {float(kl) / n:.4f} per token; the difference "
+      f"{float(ce - kl) / n:.4f} = H(q) = {smoothing_entropy(vocab, eps):.4f}")
+check("the gradients of cross-entropy and KL", grad_ce, grad_kl)
+
+# %% [markdown]
+# **用 0/1 相乘来做掩码。** 掩码必须让权重恰好为零。把*分数*乘以 0, 分数变成 0, softmax 仍给 exp(0) 一份
+# 权重: 未来的信息照样漏进来。softmax 之后再把*权重*乘以 0, 虽去掉了它, 但每行之和不再是 1。把分数设为
+# -inf (我们的做法, 与 PyTorch 的 `scaled_dot_product_attention` 相同), exp(-inf) = 0, 每行之和仍为 1。
+
+# %%
+s4 = torch.tensor([[2.0, -1.0, 0.5, 1.0]] * 4)  # 四个查询, 四个键
+look_ahead = causal_mask(4)  # (4, 4), True = 可以注意
+times_mask = (s4 * look_ahead).softmax(-1)
+after = s4.softmax(-1) * look_ahead
+ours = s4.masked_fill(~look_ahead, float("-inf")).softmax(-1)
+print("scores x mask, then softmax: weight on the future", times_mask[0, 1:].sum().item(), "(should be 0)")
+print("softmax, then x mask: rows sum to", after.sum(-1).tolist())
+print("-inf, then softmax: future weight", ours.triu(1).abs().sum().item(), ", rows sum to", ours.sum(-1).tolist())
+assert times_mask[0, 1:].sum() > 0.2 and (ours.triu(1) == 0).all()
+
+# %% [markdown]
+# **"编码器把 K 和 V 交给解码器"。** 编码器交出的是它的输出 memory (B, S, C), 只交一次。每个解码器层用
+# 自己的 W^K 和 W^V 从中算出自己的键和值 (解码时 KV 缓存按层保存的正是这些), 所以没有两层注意的是同一组键。
+
+# %%
+k0, _ = model.decoder.layers[0].cross_attn.project_kv(memory)  # (1, H, S, d_k)
+k1, _ = model.decoder.layers[1].cross_attn.project_kv(memory)
+print("memory", tuple(memory.shape), "-> layer 0 keys", tuple(k0.shape), "; layer 1's differ from layer 0's:",
+      not torch.allclose(k0, k1))
+assert not torch.allclose(k0, k1)
+
+# %% [markdown]
+# **注意力权重上的 dropout。** 论文只对子层输出和嵌入之和做 dropout (第 5.4 节), 从未提到注意力权重;
+# 教程引用的 d2l 代码对注意力权重也做了 dropout。本包遵循论文: `attention_dropout` 默认为 0
+# (tensor2tensor 后来的 `transformer_base` 用 0.1)。
+
+# %%
+print("attention_dropout =", cfg.attention_dropout, "; dropout (sub-layers, embeddings) =", cfg.dropout)
+
+# %% [markdown]
+# ## 11. 从 GPT-2 到 Llama, 一次一处改动
+# Llama 的块就是 GPT-2 的前置归一化解码器块加上五处改动, 每处都是同一组层上的一个开关
+# (`aiayn.models.gpt`)。我们在一个小 GPT-2 上依次打开它们, 并检查每一处做了什么。
+
+# %%
+from aiayn import build, count_parameters  # noqa: E402
+from aiayn.layers.positional import RotaryEmbedding, apply_rotary  # noqa: E402
+from aiayn.models.gpt import GPTConfig  # noqa: E402
+
+steps = {"GPT-2": {}, "+ RoPE": {"positional": "rope"}, "+ RMSNorm": {"norm": "rmsnorm"},
+         "+ SwiGLU": {"activation": "swiglu", "d_ff": 344}, "+ grouped kv heads": {"n_kv_heads": 2},
+         "+ no biases": {"bias": False}}
+switches = {"vocab_size": 100, "max_len": 64, "eos_id": 2, "d_model": 128, "n_heads": 4, "n_layers": 2,
+            "d_ff": 512, "dropout": 0.0, "attention_dropout": 0.0}  # 一个小 GPT-2
+for name, change in steps.items():
+    switches.update(change)
+    gpt = build(GPTConfig(**switches)).eval()
+    gpt_cfg = gpt.cfg
+    kv_per_token = 2 * gpt_cfg.n_layers * gpt_cfg.kv_heads * (gpt_cfg.d_model // gpt_cfg.n_heads) * 4
+    print(f"{name:20s} {count_parameters(gpt):>8,} parameters, KV cache {kv_per_token:,} bytes per token")
+
+# %% [markdown]
+# **RoPE** 按位置成比例的角度旋转 q 和 k, 因此它们的点积只取决于两者相距多远: 同一对向量在位置 (3, 1)
+# 和 (40, 38) 上得分相同。
+
+# %%
+rope = RotaryEmbedding(32)
+cos, sin = rope(64)  # (T, D)
+qv, kv_ = torch.randn(32, generator=g), torch.randn(32, generator=g)
+
+
+def rotated_score(m, n):
+    return float(apply_rotary(qv, cos[m], sin[m]) @ apply_rotary(kv_, cos[n], sin[n]))
+
+
+print(f"score at (3, 1): {rotated_score(3, 1):.4f}, at (40, 38): {rotated_score(40, 38):.4f}, "
+      f"at (40, 30): {rotated_score(40, 30):.4f}")
+assert abs(rotated_score(3, 1) - rotated_score(40, 38)) < 1e-4
+
+# %% [markdown]
+# **RMSNorm** 去掉了 LayerNorm 的均值和偏置: x / sqrt(mean(x^2) + eps) * w。**SwiGLU** 给隐藏层加门控:
+# down(silu(gate(x)) * up(x)), 三个矩阵, 所以 d_ff 缩到约 2/3 以保持参数量。**分组 kv 头** 让 4 个查询头
+# 共用 2 个键/值头: 每个词元的缓存减半。
+
+# %%
+block = gpt.decoder.layers[0]
+xs = torch.randn(1, 5, 128, generator=g)
+rms = xs / xs.pow(2).mean(-1, keepdim=True).add(block.norm1.eps).sqrt() * block.norm1.weight
+check("RMSNorm", rms, block.norm1(xs))
+ff = block.ff
+check("SwiGLU", ff.fc2(F.silu(ff.gate(xs)) * ff.fc1(xs)), ff(xs))
+cache = gpt.new_cache(8)
+gpt(torch.tensor([[5, 6, 7]]), cache=cache)
+print("cached keys per layer:", tuple(cache[0].self_attn.k.shape), "(batch, kv heads, positions, head dim)")
+assert cache[0].self_attn.k.size(1) == 2
 print("done: every step above matched the library")

@@ -46,4 +46,4 @@ def test_the_walkthrough_runs_and_every_check_in_it_passes():
         pytest.skip("docs/ is not next to the tests")
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("  ok: ") == 4 and "done: every step above matched the library" in run.stdout
+    assert run.stdout.count("  ok: ") == 7 and "done: every step above matched the library" in run.stdout

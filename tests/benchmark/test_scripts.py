@@ -269,3 +269,15 @@ def test_int8_kernels_quick(tmp_path):
     result = json.loads((tmp_path / "out" / "int8_kernels.json").read_text())
     assert result["quick"] and len(result["products"]) == 2
     assert all(v > 0 for row in result["products"] for k, v in row.items() if k not in ("rows", "in", "out"))
+
+
+def test_llama_ablation_quick_matches_sizes_and_halves_the_cache_with_grouped_heads(tmp_path):
+    data = needs_data("tinyshakespeare", "input.txt")
+    run_script("llama_ablation", "--quick", "--data", data, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "llama_ablation.json").read_text())
+    gpt2, llama = result["variants"]["gpt2"], result["variants"]["llama"]
+    assert abs(llama["params"] - gpt2["params"]) / gpt2["params"] < 0.01  # d_ff brings the counts together
+    assert llama["model"]["d_ff"] < gpt2["model"]["d_ff"]  # SwiGLU's three matrices are narrower
+    assert llama["kv_bytes_per_token"] * 2 == gpt2["kv_bytes_per_token"]  # 2 kv heads of 4
+    assert all(math.isfinite(r["test_loss"]) for v in (gpt2, llama) for r in v["runs"].values())
+    assert (tmp_path / "out" / "llama_ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -97,3 +97,24 @@ def test_warmup_then_cosine_to_a_tenth():
     assert warmup_cosine(10, 10, 110) == 1.0
     assert math.isclose(warmup_cosine(60, 10, 110), 0.1 + 0.9 * 0.5)  # halfway down the cosine
     assert math.isclose(warmup_cosine(110, 10, 110), 0.1) and math.isclose(warmup_cosine(500, 10, 110), 0.1)
+
+
+def test_smoothed_cross_entropy_is_kl_plus_the_targets_entropy_with_the_same_gradient():
+    from aiayn.training.losses import smoothing_entropy
+
+    v, eps, pad = 11, 0.1, 0
+    z = torch.randn(6, v, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([3, 4, 5, 1, 9, 10])
+    q = torch.full((6, v), eps / (v - 2), dtype=torch.float64)
+    q[:, pad] = 0.0
+    q[torch.arange(6), target] = 1 - eps
+    entropy = -(q[q > 0] * q[q > 0].log()).sum() / 6  # by hand, per token
+    assert smoothing_entropy(v, eps) == pytest.approx(float(entropy))
+    loss, _, n = label_smoothed_loss(z, target, pad_id=pad, epsilon=eps)
+    kl = torch.nn.functional.kl_div(z.log_softmax(-1), q, reduction="sum")
+    assert float(loss - kl) / n == pytest.approx(smoothing_entropy(v, eps))
+    (g_loss,), (g_kl,) = torch.autograd.grad(loss, z), torch.autograd.grad(kl, z)
+    torch.testing.assert_close(g_loss, g_kl)
+    assert smoothing_entropy(v, 0.0) == 0.0
+    with pytest.raises(ValueError, match="vocab_size"):
+        smoothing_entropy(2)

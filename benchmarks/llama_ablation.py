@@ -1,0 +1,213 @@
+"""From GPT-2 to Llama, one switch at a time: a character-level model on tiny-shakespeare with the GPT-2 block,
+then each of Llama's changes alone, then all of them, at one parameter count and one training budget.
+
+    python benchmarks/llama_ablation.py                         # 1,500 updates a run, seeds 0 and 1
+    python benchmarks/llama_ablation.py --updates 11427         # the full budget of benchmarks/lm_shakespeare.py
+    python benchmarks/llama_ablation.py --quick                 # a toy run of a few seconds (a smoke test)
+
+Every run is the ``shakespeare-char`` recipe (batches of 8 blocks of 128 characters, AdamW (0.9, 0.99) at a
+peak of 2e-3 with weight decay 0.2, warm-up then cosine decay; 4 layers, 4 heads, 128 wide), the settings chosen
+on validation for the GPT-2 block, used unchanged for every variant. The variants:
+
+    gpt2      learned positions, LayerNorm, GELU, 4 kv heads, biases            (the recipe's model)
+    +rope     rotary positions instead of the learned table
+    +rmsnorm  RMSNorm instead of LayerNorm
+    +swiglu   SwiGLU feed-forward (gate, up, down)
+    +gqa      2 key/value heads shared by the 4 query heads
+    +nobias   no biases in the attention and feed-forward linears
+    llama     all five
+
+Each variant's ``d_ff`` is the one that brings its parameter count closest to the GPT-2 block's (SwiGLU has
+three matrices, so about 2/3 of GELU's width; RoPE drops the position table; fewer kv heads and no biases free
+parameters for the feed-forward). The output stays tied to the token table for all (Llama unties it; that is a
+choice of size, not of block). The text is cut as :mod:`lm_shakespeare` cuts it: the first 85% trains, the last
+10% is validation (the best weights on it are kept, every ``eval_every`` updates), the 5% between is the test
+split, scored once per run.
+
+Speed is measured apart from training, so that other work on the machine weighs on every variant alike: forward
+and backward of one training batch, the variants taken in turn for 7 rounds, the median of each. KV-cache memory
+per token is what the model's cache holds in float32: 2 (k and v) x layers x kv heads x head dim x 4 bytes.
+
+``--updates`` sets the budget: 1,500 updates by default (about 2.5 minutes a run on one quiet thread here, so that
+14 runs fit in a session); the full 15-minute budget of the GPT benchmark is ``--updates 11427``. Finished runs
+are kept in the results file and skipped, so a longer run can be done in pieces. Writes
+``<out>/llama_ablation.json`` and ``<out>/llama_ablation.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from budget import parse_args
+
+import aiayn
+from aiayn import recipes
+from aiayn.recipes.lm import perplexity
+
+HERE = Path(__file__).parent
+PRESET = recipes.PRESETS["shakespeare-char"][1]
+BASE = PRESET["model"]  # d_model 128, 4 layers, 4 heads, d_ff 512, exact GELU
+SWITCHES: dict[str, dict[str, Any]] = {
+    "+rope": {"positional": "rope"},
+    "+rmsnorm": {"norm": "rmsnorm"},
+    "+swiglu": {"activation": "swiglu"},
+    "+gqa": {"n_kv_heads": 2},
+    "+nobias": {"bias": False},
+}
+VARIANTS: dict[str, dict[str, Any]] = {"gpt2": {}, **SWITCHES,
+                                       "llama": {k: v for s in SWITCHES.values() for k, v in s.items()}}
+VOCAB = 65  # tiny-shakespeare's characters; only the token table depends on it, alike for every variant
+QUICK = {"updates": 20, "seeds": [0], "quick_chars": 20_000, "variants": ["gpt2", "llama"], "rounds": 2}
+
+
+def sized(switches: dict[str, Any], d_model: int = BASE["d_model"]) -> dict[str, Any]:
+    """The model settings of a variant: the recipe's model with ``switches``, and the ``d_ff`` (a multiple of 8)
+    whose parameter count is closest to the GPT-2 block's."""
+    def count(overrides: dict[str, Any]) -> int:
+        cfg = aiayn.preset("gpt-tiny", **{"vocab_size": VOCAB, **BASE, "d_model": d_model, **overrides})
+        with torch.device("meta"):
+            return aiayn.count_parameters(aiayn.build(cfg))
+
+    target = count({})
+    widths = range(8, 4 * BASE["d_ff"] + 1, 8)
+    d_ff = min(widths, key=lambda w: abs(count({**switches, "d_ff": w}) - target))
+    return {**BASE, "d_model": d_model, **switches, "d_ff": d_ff}
+
+
+def kv_bytes_per_token(model_cfg: Any) -> int:
+    """float32 bytes the KV cache holds per token: k and v, every layer, every kv head."""
+    return 2 * model_cfg.n_layers * model_cfg.kv_heads * (model_cfg.d_model // model_cfg.n_heads) * 4
+
+
+def speed(models: dict[str, torch.nn.Module], block: int, batch: int, rounds: int) -> dict[str, float]:
+    """Training tokens/s of each model (forward + backward of one batch), the models in turn, median of rounds."""
+    x = torch.randint(0, VOCAB, (batch, block))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, model in models.items():
+            start = time.perf_counter()
+            F.cross_entropy(model(x).flatten(0, 1), x.flatten()).backward()
+            times[name].append(time.perf_counter() - start)
+            model.zero_grad(set_to_none=True)
+    return {name: batch * block / statistics.median(t[1:]) for name, t in times.items()}
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    from aiayn.viz.common import pyplot, save
+
+    plt = pyplot()
+    names = [n for n in VARIANTS if n in results["variants"]]
+    rows = [results["variants"][n] for n in names]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, r in enumerate(rows):
+        losses = [run["test_loss"] for run in r["runs"].values()]
+        ax1.scatter([i] * len(losses), losses, color="C0", s=14, zorder=3)
+        ax1.bar(i, statistics.mean(losses), color="C0", alpha=0.35)
+    ax1.axhline(statistics.mean(run["test_loss"] for run in rows[0]["runs"].values()), color="gray", lw=0.8, ls="--")
+    lo = min(run["test_loss"] for r in rows for run in r["runs"].values())
+    hi = max(run["test_loss"] for r in rows for run in r["runs"].values())
+    ax1.set_ylim(lo - 0.05, hi + 0.03)
+    ax1.set_xticks(range(len(names)), names, rotation=30)
+    ax1.set_ylabel("test loss (nats / char)")
+    ax1.set_title(f"after {results['updates']:,} updates (dots: seeds)", fontsize=9)
+    ax2.bar(range(len(names)), [r["tokens_per_s"] / rows[0]["tokens_per_s"] for r in rows], color="C1", alpha=0.7,
+            label="training tokens/s")
+    ax2.bar(range(len(names)), [r["kv_bytes_per_token"] / rows[0]["kv_bytes_per_token"] for r in rows],
+            color="none", edgecolor="k", label="KV cache bytes / token")
+    ax2.set_xticks(range(len(names)), names, rotation=30)
+    ax2.set_ylabel("relative to gpt2")
+    ax2.legend(fontsize=7)
+    fig.suptitle("From GPT-2 to Llama, one switch at a time (tiny-shakespeare, characters)", fontsize=10)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"))
+    p.add_argument("--updates", type=int, default=1500, help="updates per run (11427: the 15-minute budget)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--rounds", type=int, default=7, help="speed: rounds of every variant in turn")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--fresh", action="store_true", help="forget finished runs in the results file")
+    p.add_argument("--quick-chars", type=int, default=None, help=argparse.SUPPRESS)
+    args = parse_args(p, argv, QUICK, "llama-ablation")
+    torch.set_num_threads(args.threads)
+
+    out = Path(args.out)
+    path = out / "llama_ablation.json"
+    old = json.loads(path.read_text()) if path.is_file() and not args.fresh else {}
+    if old.get("updates") != args.updates:
+        old = {}  # runs of another budget are not comparable
+    text = Path(args.data).read_text(encoding="utf-8")[: args.quick_chars]
+    test_at, val_at = int(len(text) * 0.85), int(len(text) * 0.9)  # train | test | validation
+    work = Path(tempfile.mkdtemp(prefix="llama-ablation"))
+    files = {part: work / f"{part}.txt" for part in ("train", "test", "validation")}
+    for part, piece in zip(files, (text[:test_at], text[test_at:val_at], text[val_at:])):
+        files[part].write_text(piece, encoding="utf-8")
+
+    d_model = 32 if args.quick else BASE["d_model"]
+    variants: dict[str, Any] = old.get("variants", {})
+    models = {}
+    for name in args.variants:
+        model = sized(VARIANTS[name], d_model)
+        mcfg = aiayn.preset("gpt-tiny", **{"vocab_size": VOCAB, **model})
+        entry = variants.setdefault(name, {"runs": {}})
+        entry.update(model=model, params=aiayn.count_parameters(aiayn.build(mcfg)),
+                     kv_bytes_per_token=kv_bytes_per_token(mcfg))
+        models[name] = aiayn.build(mcfg)
+        for seed in args.seeds:
+            if str(seed) in entry["runs"]:
+                continue
+            cfg = recipes.config("shakespeare-char", data=str(files["train"]), val_data=str(files["validation"]),
+                                 steps=args.updates, seed=seed, out=str(work), name=f"{name}-{seed}",
+                                 model=model, eval_every=max(1, min(PRESET["eval_every"], args.updates // 6)),
+                                 **({"block": 32, "warmup": 5} if args.quick else {}))
+            done = recipes.train(cfg, progress=False, verbose=False)
+            history = done["history"]
+            run = {"val_loss": round(perplexity(done["run"], files["validation"])["loss"], 4),
+                   "test_loss": round(perplexity(done["run"], files["test"])["loss"], 4),  # once, here
+                   "train_minutes": round(history[-1]["seconds"] / 60, 2)}
+            entry["runs"][str(seed)] = run
+            print(f"{name:9s} seed {seed}: d_ff {model['d_ff']}, {entry['params']:,} parameters, validation "
+                  f"{run['val_loss']:.4f}, test {run['test_loss']:.4f}, {run['train_minutes']} min", flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"name": "llama_ablation", "updates": args.updates, "variants": variants},
+                                       indent=2) + "\n")  # after every run: a stopped job keeps what it did
+
+    block = 32 if args.quick else PRESET["block"]
+    for name, tps in speed(models, block, PRESET["batch_size"], args.rounds).items():
+        variants[name]["tokens_per_s"] = round(tps)
+    base = variants.get("gpt2")
+    for entry in variants.values():
+        losses = [r["test_loss"] for r in entry["runs"].values()]
+        entry["test_loss_mean"] = round(statistics.mean(losses), 4)
+        entry["val_loss_mean"] = round(statistics.mean(r["val_loss"] for r in entry["runs"].values()), 4)
+        if base is not None and "tokens_per_s" in entry and "tokens_per_s" in base:
+            entry["speed_vs_gpt2"] = round(entry["tokens_per_s"] / base["tokens_per_s"], 3)
+    results = {"name": "llama_ablation", "updates": args.updates, "recipe": "shakespeare-char",
+               "split": {"train": [0, test_at], "test": [test_at, val_at], "validation": [val_at, len(text)]},
+               "variants": {n: variants[n] for n in VARIANTS if n in variants},
+               "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
+                           "torch": torch.__version__}}
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {path}")
+    if "gpt2" in results["variants"]:
+        plot(results, out / "llama_ablation.png")
+    for name, e in results["variants"].items():
+        print(f"{name:9s} {e['params']:>9,} params  test {e['test_loss_mean']:.4f}  val {e['val_loss_mean']:.4f}  "
+              f"{e.get('tokens_per_s', 0):>7,} tok/s  {e['kv_bytes_per_token']:,} KV bytes/token")
+
+
+if __name__ == "__main__":
+    main()
