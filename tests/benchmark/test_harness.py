@@ -3,6 +3,7 @@ rule for targets, its FLOP and memory counters against numbers worked by hand, t
 made from them (older files too, and the committed page is what the committed results make), and every real case
 at toy sizes: it builds, and ours computes what the peer computes."""
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -338,3 +339,15 @@ def test_the_command_line_runs_a_case_and_names_a_wrong_one(tmp_path, capsys):
     assert (results / "vit-forward.json").is_file() and "vit-forward" in docs.read_text()
     assert main(["bench", "vit-foward", "--quick", "--out", str(results)]) == 2
     assert "did you mean 'vit-forward'" in capsys.readouterr().err
+
+
+def test_weight_bytes_per_token_reads_one_row_of_the_position_table_and_of_an_untied_token_table():
+    from aiayn.benchmark.cases import weight_bytes_per_token
+    from aiayn.models.gpt import GPT, PRESETS
+
+    gpt2 = GPT(dataclasses.replace(PRESETS["gpt-tiny"], vocab_size=50, max_len=16))  # tied, learned positions
+    c, n_params = 128, sum(p.numel() for p in gpt2.parameters())  # a tied table counted once
+    assert weight_bytes_per_token(gpt2) == 4 * (n_params - 16 * c)
+    llama = GPT(dataclasses.replace(PRESETS["llama-tiny"], vocab_size=50))  # untied, rotary positions
+    n_params = sum(p.numel() for p in llama.parameters())
+    assert weight_bytes_per_token(llama) == 4 * (n_params - 50 * c)

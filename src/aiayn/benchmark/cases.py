@@ -67,6 +67,7 @@ from torch import Tensor, nn
 import aiayn
 from aiayn.benchmark.harness import Case, Side, Target, Unavailable, count_flops, memory_bandwidth
 from aiayn.decoding import beam_search, greedy, sample
+from aiayn.layers.positional import LearnedPositionalEmbedding
 from aiayn.models.gpt import GPT, PRESETS, GPTConfig
 from aiayn.models.transformer import Transformer, TransformerConfig
 from aiayn.training.losses import label_smoothed_loss
@@ -406,20 +407,29 @@ def generation(quick: bool, device: torch.device) -> Generation:
     return Generation(hf.to(device), ours.to(device), prompt.to(device), new)
 
 
-def gpt2_generate(quick: bool, device: torch.device) -> Case:
-    """Greedy generation with the KV cache, batch 1, against ``GPT2LMHeadModel.generate`` on the same weights.
+def weight_bytes_per_token(model: GPT) -> int:
+    """Bytes of weights one new token reads at batch 1: every parameter once (a tied table once), except the
+    tables of which one row is read: the learned positions, and the token table when the output is untied."""
+    weights = {id(p): p for p in model.parameters()}
+    read = sum(p.numel() * p.element_size() for p in weights.values())
+    if isinstance(model.embed.positions, LearnedPositionalEmbedding):  # GPT-2's table
+        read -= model.embed.positions.weight.nbytes
+    if not model.cfg.tie_output:
+        read -= model.embed.tokens.weight.nbytes
+    return read
 
-    Neither stops early: ours is given no ``eos_id``, and Hugging Face's generation config none either. At
-    batch 1 each new token reads every weight once, so memory bandwidth bounds the speed:
 
-        best tokens/s = bandwidth / bytes of weights read per token
+def generate_case(name: str, what: str, g: Generation, peer: str, target: Target, quick: bool,
+                  device: torch.device) -> Case:
+    """Greedy generation with the KV cache, ours against ``g.hf.generate`` on the same weights; neither stops
+    early (ours is given no ``eos_id``, Hugging Face's generation config none either). At batch 1 each new
+    token reads every weight once, so memory bandwidth bounds the speed:
 
-    (all parameters except the position table, of which one row is read; the token table is read whole by
-    the tied output projection). The bandwidth is measured with a large copy.
-    """
-    g = generation(quick, device)
+        best tokens/s = bandwidth / bytes of weights read per token   (:func:`weight_bytes_per_token`)
+
+    and that ceiling is recorded, the bandwidth measured with a large copy."""
     hf, ours, prompt, new = g.hf, g.ours, g.prompt, g.new
-    prompt_len = prompt.size(1)
+    batch, prompt_len = prompt.shape
     mask = torch.ones_like(prompt)
 
     def run_ours() -> Tensor:
@@ -429,20 +439,26 @@ def gpt2_generate(quick: bool, device: torch.device) -> Case:
         return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
 
     got, expected = run_ours(), run_hf()
-    check = same(f"prompt + {new} generated ids", got, expected)
-    check["ok"] = check["ok"] and got.shape == (1, prompt_len + new)
+    check = same(f"prompts + {new} generated ids, batch {batch}", got, expected)
+    check["ok"] = check["ok"] and got.shape == (batch, prompt_len + new)
+    extra: dict[str, Any] = {"batch": batch, "prompt_tokens": prompt_len, "new_tokens": new}
+    if batch == 1:
+        read = weight_bytes_per_token(ours)
+        bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
+        extra.update(weight_bytes_per_token=read, memory_bandwidth_bytes_per_s=bandwidth,
+                     ceiling_tokens_per_s=bandwidth / read)
+    return Case(name, what, [Side("aiayn", run_ours), Side(peer, run_hf)], units=batch * new, unit="tokens",
+                checks={peer: check}, target=target, extra=extra)
 
-    weights = {id(p): p for p in ours.parameters()}  # tied tables once
-    positions = cast(nn.Embedding, ours.embed.positions)  # GPT-2's learned table
-    read = sum(p.numel() * p.element_size() for p in weights.values()) - positions.weight.nbytes
-    bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
-    ceiling = bandwidth / read
-    what = (f"gpt2 ({_millions(ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
-            f"{prompt_len}-token prompt, {new} new tokens, against GPT2LMHeadModel.generate on the same weights")
-    extra = {"prompt_tokens": prompt_len, "new_tokens": new, "weight_bytes_per_token": read,
-             "memory_bandwidth_bytes_per_s": bandwidth, "ceiling_tokens_per_s": ceiling}
-    return Case("gpt2-generate", what, [Side("aiayn", run_ours), Side("GPT2LMHeadModel.generate", run_hf)],
-                units=new, unit="tokens", checks={"GPT2LMHeadModel.generate": check}, target=Target(1.3), extra=extra)
+
+def gpt2_generate(quick: bool, device: torch.device) -> Case:
+    """Greedy generation with the KV cache, batch 1, against ``GPT2LMHeadModel.generate`` on the same weights
+    (:func:`generate_case`)."""
+    g = generation(quick, device)
+    what = (f"gpt2 ({_millions(g.ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
+            f"{g.prompt.size(1)}-token prompt, {g.new} new tokens, against GPT2LMHeadModel.generate on the same "
+            f"weights")
+    return generate_case("gpt2-generate", what, g, "GPT2LMHeadModel.generate", Target(1.3), quick, device)
 
 
 # --- Llama ---------------------------------------------------------------------------------------------------
@@ -477,38 +493,12 @@ def llama_generation(cfg: GPTConfig, batch: int, quick: bool, device: torch.devi
 
 def llama_generate(name: str, label: str, cfg: GPTConfig, batch: int, quick: bool, device: torch.device) -> Case:
     """Greedy generation with the KV cache, ``batch`` same-length prompts, against ``LlamaForCausalLM.generate``
-    on the same weights; neither stops early (:func:`gpt2_generate`). At batch 1 the memory-bandwidth ceiling is
-    recorded as there: every weight is read once per token, except the token table, of which one row is read
-    (the output projection is untied)."""
+    on the same weights (:func:`generate_case`)."""
     g = llama_generation(cfg, batch, quick, device)
-    hf, ours, prompt, new = g.hf, g.ours, g.prompt, g.new
-    prompt_len = prompt.size(1)
-    mask = torch.ones_like(prompt)
-
-    def run_ours() -> Tensor:
-        return cast(Tensor, sample(ours, prompt, new, temperature=0))  # a tensor prompt gives a tensor
-
-    def run_hf() -> Tensor:
-        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
-
-    got, expected = run_ours(), run_hf()
-    check = same(f"prompts + {new} generated ids, batch {batch}", got, expected)
-    check["ok"] = check["ok"] and got.shape == (batch, prompt_len + new)
-    extra: dict[str, Any] = {"batch": batch, "prompt_tokens": prompt_len, "new_tokens": new}
-    if batch == 1:
-        weights = {id(p): p for p in ours.parameters()}  # tied tables once
-        read = sum(p.numel() * p.element_size() for p in weights.values())
-        if not ours.cfg.tie_output:
-            read -= ours.embed.tokens.weight.nbytes
-        bandwidth = memory_bandwidth(mib=16 if quick else 512, device=device)
-        extra.update(weight_bytes_per_token=read, memory_bandwidth_bytes_per_s=bandwidth,
-                     ceiling_tokens_per_s=bandwidth / read)
-    what = (f"{'llama-tiny' if quick else label} ({_millions(ours)} parameters, random weights) greedy generation "
-            f"with the KV cache, batch {batch}, {prompt_len}-token prompts, {new} new tokens, against "
-            f"LlamaForCausalLM.generate on the same weights (exported with to_hf); no side has an end token")
-    return Case(name, what, [Side("aiayn", run_ours), Side("LlamaForCausalLM.generate", run_hf)],
-                units=batch * new, unit="tokens", checks={"LlamaForCausalLM.generate": check}, target=Target(1.0),
-                extra=extra)
+    what = (f"{'llama-tiny' if quick else label} ({_millions(g.ours)} parameters, random weights) greedy "
+            f"generation with the KV cache, batch {batch}, {g.prompt.size(1)}-token prompts, {g.new} new tokens, "
+            f"against LlamaForCausalLM.generate on the same weights (exported with to_hf); no side has an end token")
+    return generate_case(name, what, g, "LlamaForCausalLM.generate", Target(1.0), quick, device)
 
 
 def llama_tiny_generate(quick: bool, device: torch.device) -> Case:
