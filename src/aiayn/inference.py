@@ -42,6 +42,13 @@ class Pipeline:
     def __repr__(self) -> str:
         return f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, source={str(self.source)!r})"
 
+    @property
+    def parts(self) -> dict[str, Any]:
+        """What the model works with besides itself, by name: ``src_tok`` and ``tgt_tok`` (translate), ``tok``
+        (generate, embed, a textclass run's classify), ``max_len`` (embed), ``classes`` (textclass),
+        ``detector`` (detect)."""
+        return dict(self._parts)
+
     def _need(self, task: str) -> None:
         if task != self.task:
             raise ValueError(f"{self.source} holds a {type(self.model).__name__}, which can {self.task}, not {task}")

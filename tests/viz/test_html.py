@@ -90,6 +90,18 @@ def test_weights_that_do_not_fit_the_tokens_are_refused(tmp_path):
         attention_html({"x": [torch.rand(2, 3, 3)]}, {"x": (["a"] * 3, ["b"] * 4)}, tmp_path / "v.html")
 
 
+def test_the_page_opens_at_the_view_it_is_given_and_refuses_one_it_lacks(tmp_path):
+    w = {"self": [torch.rand(2, 3, 3).softmax(-1)] * 2}
+    tokens = {"self": (["a", "b", "c"],) * 2}
+    page = attention_html(w, tokens, tmp_path / "v.html", view={"layer": 1, "head": 0, "hover": 2})
+    assert json.loads(parse(page).scripts[0][1])["view"] == {"layer": 1, "head": 0, "hover": 2}
+    assert "view" not in json.loads(parse(attention_html(w, tokens, tmp_path / "w.html")).scripts[0][1])
+    for view, message in (({"layer": 2}, r"layer=2 must be in \[0, 2\)"), ({"hover": 3}, r"hover=3 must be in"),
+                          ({"kind": 1}, r"kind=1 must be in \[0, 1\)"), ({"token": 0}, "unknown keys")):
+        with pytest.raises(ValueError, match=message):
+            attention_html(w, tokens, tmp_path / "x.html", view=view)
+
+
 def _chromium():
     import shutil
 
@@ -121,3 +133,22 @@ def test_in_a_real_browser_hovering_a_token_shows_the_models_weights_and_no_text
     assert [t for t, _ in dom.tags if t in ("script", "img")] == ["script", "script"]  # nothing injected ran
     for text in EVIL:
         assert text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in out.stdout  # shown as text
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium (Debian's package; .ci/run installs it)")
+def test_in_a_real_browser_the_page_opens_hovering_the_token_of_its_view(tmp_path):
+    import subprocess
+
+    torch.manual_seed(2)
+    w = [torch.rand(3, 4, 4).softmax(-1) for _ in range(2)]  # 2 layers of (H=3, T=4, S=4)
+    page = attention_html({"self": w}, {"self": (["the", "animal", "it", "was"],) * 2}, tmp_path / "view.html",
+                          view={"layer": 1, "head": 2, "hover": 2})
+    out = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    dom = Scripts()
+    dom.feed(out.stdout)
+    shown = torch.tensor([float(a["data-weight"]) for t, a in dom.tags if t == "div" and a.get("data-side") == "k"])
+    torch.testing.assert_close(shown, w[1][2, 2], atol=1e-5, rtol=0)  # layer 1, head 2, from "it"

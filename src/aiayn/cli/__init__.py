@@ -138,18 +138,25 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="float32 eager either way")
 
     v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the schedule, label smoothing, "
-                                   "attention cost, a run's attention, a run's training history")
+                                   "attention cost, a model's attention, a run's training history")
     v.add_argument("what", choices=list(WHATS))
     v.add_argument("--out", default="viz", help="folder for the PNG files (default viz/); for one picture, a path "
                                                 "ending in .png is the file")
-    v.add_argument("--run", default=None, help="attention: a translation run folder; history: any run folder")
-    v.add_argument("--text", default=None, help="attention: the source sentence")
-    v.add_argument("--target", default=None, help="attention: the translation to draw it for (default: the model's "
-                                                   "greedy one)")
+    v.add_argument("--run", default=None, help="attention: a text model, a run folder (translation, denoise, lm, "
+                                               "mlm, textclass) or a Hugging Face folder (BERT, GPT-2, Marian); "
+                                               "history: any run folder")
+    v.add_argument("--text", default=None, help="attention: the sentence the model reads (a translation's source)")
+    v.add_argument("--target", default=None, help="attention, encoder-decoders: the translation to draw it for "
+                                                   "(default: the model's greedy one)")
+    v.add_argument("--layer", type=int, default=None, help="attention: draw only this layer (from 0)")
+    v.add_argument("--head", type=int, default=None, help="attention: draw only this head (from 0)")
+    v.add_argument("--from-token", default=None, metavar="WORD",
+                   help="attention: lines from this word to every token, one panel per head (its first "
+                        "occurrence; its first piece when it is cut into several)")
     v.add_argument("--html", default=None, metavar="FILE",
                    help="attention: also write an interactive viewer (one self-contained HTML file)")
-    v.add_argument("--d-model", type=int, default=128, help="positional: d_model (default 128)")
-    v.add_argument("--positions", type=int, default=100, help="positional: positions shown (default 100)")
+    v.add_argument("--d-model", type=int, default=512, help="positional: d_model (default 512)")
+    v.add_argument("--positions", type=int, default=20, help="positional: positions shown (default 20)")
     v.add_argument("--sides", type=int, nargs="+", default=[14, 28, 42, 56],
                    help="complexity: map sides, multiples of --window (default 14 28 42 56)")
     v.add_argument("--window", type=int, default=7, help="complexity: window side M (default 7)")
@@ -273,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.viz.files import viz
 
             for path in viz(args.what, args.out, args.run, args.text, args.d_model, args.positions, args.sides,
-                            window=args.window, target=args.target, html=args.html, device=args.device):
+                            window=args.window, target=args.target, html=args.html, device=args.device,
+                            layer=args.layer, head=args.head, from_token=args.from_token):
                 print(f"wrote {path}")
     except (ValueError, FileNotFoundError) as e:
         print(f"aiayn {args.command}: error: {e}", file=sys.stderr)

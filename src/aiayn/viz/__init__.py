@@ -1,6 +1,7 @@
 """Pictures (matplotlib, Agg, PNG): attention, positional encodings, masks, the training recipe, complexity.
 
     plot_attention_grid / plot_model_attention    every layer and head, tokens on the axes
+    plot_from_token / find_token                  lines from one token to every token, one panel per head
     plot_positional                               sinusoidal encodings, both layouts, and their dot products
     plot_masks                                    padding, causal, combined, Swin's shifted windows
     plot_schedule / plot_label_smoothing          section 5.3's learning rate, section 5.4's target
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 # public name -> the module of aiayn.viz that defines it
 _LAZY = {
     "attention_weights": "attention", "plot_attention_grid": "attention", "plot_model_attention": "attention",
+    "find_token": "attention", "plot_from_token": "attention",
     "plot_complexity": "complexity",
     "attention_html": "html",
     "plot_masks": "masks",
@@ -26,7 +28,13 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from aiayn.viz.attention import attention_weights, plot_attention_grid, plot_model_attention
+    from aiayn.viz.attention import (
+        attention_weights,
+        find_token,
+        plot_attention_grid,
+        plot_from_token,
+        plot_model_attention,
+    )
     from aiayn.viz.complexity import plot_complexity
     from aiayn.viz.html import attention_html
     from aiayn.viz.masks import plot_masks
@@ -42,6 +50,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'aiayn.viz' has no attribute {name!r}")
 
 
-__all__ = ["attention_html", "attention_weights", "encoding_similarity", "plot_attention_grid", "plot_complexity",
-           "plot_label_smoothing", "plot_masks", "plot_model_attention", "plot_positional", "plot_schedule",
-           "smoothed_target"]
+__all__ = ["attention_html", "attention_weights", "encoding_similarity", "find_token", "plot_attention_grid",
+           "plot_complexity", "plot_from_token", "plot_label_smoothing", "plot_masks", "plot_model_attention",
+           "plot_positional", "plot_schedule", "smoothed_target"]

@@ -101,13 +101,14 @@ $("layer").addEventListener("change", draw);
 $("head").addEventListener("change", draw);
 pick();
 // A view named in the address, e.g. view.html#kind=2&layer=0&head=1&hover=3, is opened as if picked and
-// hovered by hand (for links to one head, and for the browser test).
-const want = new URLSearchParams(location.hash.slice(1));
-if (want.has("kind")) { $("kind").value = want.get("kind"); pick(); }
-if (want.has("layer")) { $("layer").value = want.get("layer"); draw(); }
-if (want.has("head")) { $("head").value = want.get("head"); draw(); }
-if (want.has("hover")) {
-  const tok = $("queries").children[+want.get("hover")];
+// hovered by hand (for links to one head, and for the browser test); else the page's own (data.view), if any.
+const hash = new URLSearchParams(location.hash.slice(1)), start = data.view || {};
+const want = (key) => hash.has(key) ? hash.get(key) : (key in start ? String(start[key]) : null);
+if (want("kind") !== null) { $("kind").value = want("kind"); pick(); }
+if (want("layer") !== null) { $("layer").value = want("layer"); draw(); }
+if (want("head") !== null) { $("head").value = want("head"); draw(); }
+if (want("hover") !== null) {
+  const tok = $("queries").children[+want("hover")];
   if (tok) tok.dispatchEvent(new MouseEvent("mouseenter"));
 }
 </script></body></html>
@@ -124,6 +125,7 @@ def attention_html(
     tokens: Mapping[str, tuple[Sequence[str], Sequence[str]]],
     path: str | os.PathLike,
     title: str = "",
+    view: Mapping[str, int] | None = None,
 ) -> Path:
     """Write the viewer for ``kinds`` of attention to ``path``.
 
@@ -132,9 +134,14 @@ def attention_html(
         tokens: ``{name: (queries, keys)}``, T and S token strings for each kind.
         path: the HTML file, written atomically.
         title: shown above the view.
+        view: what the page opens at, by index: ``{"kind", "layer", "head", "hover"}`` (any of them; ``hover``
+            a query token, whose lines are drawn). A ``#kind=..&hover=..`` in the address takes precedence.
 
     Returns:
         ``path``.
+
+    Raises:
+        ValueError: weights that do not fit their tokens; a ``view`` key or index that is not one of the page's.
     """
     data: dict[str, Any] = {"title": title, "kinds": []}
     for name, layers in kinds.items():
@@ -148,8 +155,25 @@ def attention_html(
                                           for w in layers]})
     if not data["kinds"]:
         raise ValueError("kinds is empty: no attention to show")
+    if view:
+        data["view"] = _checked_view(view, data["kinds"])
     page = _PAGE.replace("__DATA__", _escape(json.dumps(data, ensure_ascii=False)))
     return write_text(path, page)
+
+
+def _checked_view(view: Mapping[str, int], kinds: list[dict[str, Any]]) -> dict[str, int]:
+    """``view`` as plain ints, each index within the page's kinds, layers, heads and queries."""
+    unknown = set(view) - {"kind", "layer", "head", "hover"}
+    if unknown:
+        raise ValueError(f"view has unknown keys {sorted(unknown)}; expected kind, layer, head, hover")
+    kind = kinds[int(view.get("kind", 0))] if 0 <= int(view.get("kind", 0)) < len(kinds) else None
+    if kind is None:
+        raise ValueError(f"view kind={view['kind']} must be in [0, {len(kinds)})")
+    sizes = {"layer": len(kind["weights"]), "head": len(kind["weights"][0]), "hover": len(kind["queries"])}
+    for key, n in sizes.items():
+        if key in view and not 0 <= int(view[key]) < n:
+            raise ValueError(f"view {key}={view[key]} must be in [0, {n}) for {kind['name']}")
+    return {k: int(v) for k, v in view.items()}
 
 
 __all__ = ["attention_html"]
