@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import aiayn
-from aiayn.analysis.formulas import counts
+from aiayn.analysis.complexity import layer_formulas
+from aiayn.analysis.formulas import counts, resnet_classifier
 from aiayn.analysis.published import PUBLISHED, ours
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "numbers.md"
@@ -55,7 +56,7 @@ def comparison_rows(names: list[str]) -> list[str]:
         mine = "" if compute is None else f"{compute / 1e9:.2f}G" if compute < 1e15 else _n(compute, True)
         if pub.unit == "GPU FLOPs":
             mine = "(GPU time, not comparable)"
-        diff = "" if compute is None else _diff(compute, pub.compute)
+        diff = "" if compute is None or pub.compute is None else _diff(compute, pub.compute)
         note = f"{pub.source}{'; ' + pub.note if pub.note else ''}"
         rows.append(f"| {name} | {_n(pub.parameters, printed=True)} | {params:,} | {_diff(params, pub.parameters)} | "
                     f"{paper_compute} | {mine} | {diff} | {note} |")
@@ -75,6 +76,64 @@ def ours_rows(names: list[str]) -> list[str]:
         rows.append(f"| {name} | {size} | {c.total_parameters:,} | {c.total_macs:,} | {_n(c.flops, True)} | "
                     f"{scores:.1%} |")
     return rows
+
+
+# Table 1 of Vaswani et al. 2017, with the sizes of benchmarks/layer_complexity.py
+TABLE1 = {"self-attention": ("self-attention", "O(n^2 d)", "O(1)", "O(1)", "4nd^2 + 2n^2 d"),
+          "recurrent": ("recurrent (LSTM)", "O(n d^2)", "O(n)", "O(n)", "8nd^2"),
+          "convolutional": ("convolutional", "O(k n d^2)", "O(1)", "O(log_k(n))", "k n d^2"),
+          "restricted": ("self-attention (restricted)", "O(r n d)", "O(1)", "O(n/r)", "4nd^2 + 2nrd")}
+TABLE1_D, TABLE1_K, TABLE1_R, TABLE1_N = 256, 3, 64, (256, 512, 4096)
+
+
+def layer_rows() -> list[str]:
+    rows = []
+    at = {n: layer_formulas(n, TABLE1_D, TABLE1_K, TABLE1_R) for n in TABLE1_N}
+    for kind in TABLE1:
+        name, order, sequential, path, ours_formula = TABLE1[kind]
+        macs = " | ".join(_n(at[n][kind]["macs"], True) for n in TABLE1_N)
+        steps = " / ".join(f"{at[n][kind]['sequential']:,}" for n in TABLE1_N)
+        paths = " / ".join(f"{at[n][kind]['path']:,}" for n in TABLE1_N)
+        rows.append(f"| {name} | {order} | {sequential} | {path} | {ours_formula} | {macs} | {steps} | {paths} |")
+    return rows
+
+
+# torchvision's model cards (ResNet50_Weights / ResNet101_Weights.IMAGENET1K_V1): parameters, GFLOPS (which
+# are multiply-adds) at 224 x 224. The Swin paper (section 3.3) says Swin-T and Swin-S have "complexity
+# similar to" ResNet-50 and ResNet-101; its Table 1 prints no ResNet.
+RESNETS = {"ResNet-50": ((3, 4, 6, 3), 25_557_032, 4.09e9), "ResNet-101": ((3, 4, 23, 3), 44_549_160, 7.80e9)}
+SWIN_CLAIM = {"swin-t": "0.25x", "swin-s": "0.5x", "swin-b": "1x", "swin-l": "2x"}
+
+
+def swin_rows(names: list[str]) -> tuple[list[str], list[str]]:
+    """Swin-T/S/L against Swin-B, and Swin-T/S against ResNet-50/101: parameters and multiply-adds at 224."""
+    if "swin-b" not in names:
+        return [], []
+    ref_p, ref_m = ours("swin-b")
+    pub_b = PUBLISHED["swin-b"]
+    assert ref_m is not None and pub_b.compute is not None  # Swin's Table 1 gives both
+    sizes = []
+    for name, claim in SWIN_CLAIM.items():
+        if name not in names:
+            continue
+        p, m = ours(name)
+        pub = PUBLISHED[name]
+        assert m is not None and pub.compute is not None
+        sizes.append(f"| {name} | {claim} | {p / 1e6:.1f}M | {p / ref_p:.2f}x | "
+                     f"{pub.parameters / pub_b.parameters:.2f}x | {m / 1e9:.2f}G | {m / ref_m:.2f}x | "
+                     f"{pub.compute / pub_b.compute:.2f}x |")
+    pairs = []
+    for swin_name, resnet_name in (("swin-t", "ResNet-50"), ("swin-s", "ResNet-101")):
+        if swin_name not in names:
+            continue
+        p, m = ours(swin_name)
+        assert m is not None
+        depths, paper_p, paper_m = RESNETS[resnet_name]
+        c = resnet_classifier(depths, 224)
+        pairs.append(f"| {swin_name} / {resnet_name} | {p:,} / {c.total_parameters:,} (card: {paper_p:,}) | "
+                     f"{p / c.total_parameters:.2f}x | {m / 1e9:.2f}G / {c.total_macs / 1e9:.2f}G (card: "
+                     f"{paper_m / 1e9:.2f}G) | {m / c.total_macs:.2f}x |")
+    return sizes, pairs
 
 
 def render() -> str:
@@ -109,6 +168,55 @@ def render() -> str:
         *ours_rows(names),
         "",
     ]
+    n_cols = " | ".join(f"n = {n}" for n in TABLE1_N)
+    lines += [
+        "## Why self-attention: one layer of each kind (Vaswani et al. 2017, Table 1)",
+        "",
+        ("The paper's orders (complexity per layer, sequential operations, maximum path length between two "
+         "positions) beside the forward multiply-adds of our layers (`aiayn.analysis.complexity.layer_formulas`: "
+         f"`MultiHeadAttention`, `nn.LSTM`, `nn.Conv1d`, attention over a band of r keys) at d = {TABLE1_D}, "
+         f"k = {TABLE1_K}, r = {TABLE1_R}. Path lengths: a stack of dilated convolutions reaches n positions in "
+         "ceil(log_k n) layers, restricted attention in n/r."),
+        "",
+        f"| layer type | complexity per layer | sequential operations | maximum path length | ours, forward MACs | "
+        f"{n_cols} | sequential ops ({' / '.join(map(str, TABLE1_N))}) | max path ({' / '.join(map(str, TABLE1_N))}) |",
+        "|---|---|---|---|---|" + "---:|" * len(TABLE1_N) + "---:|---:|",
+        *layer_rows(),
+        "",
+        ("Where the curves cross. Self-attention costs less than the recurrence while 4nd^2 + 2n^2 d < 8nd^2, "
+         f"that is n < 2d ({2 * TABLE1_D} here); the paper's \"n smaller than d\" compares n^2 d with n d^2 and "
+         "leaves the projections out. The k = 3 convolution's k n d^2 is below attention's 4nd^2 projections at "
+         f"every n; restricted attention (r = {TABLE1_R} < 2d) is below the recurrence at every n and equals full "
+         "attention while n <= r. These are multiply-adds; the recurrence's n steps wait for each other, so on a "
+         "CPU it runs far slower than its multiply-adds say: `python benchmarks/layer_complexity.py` measures all "
+         "four (forward + backward time, peak memory; `benchmarks/results/layer_complexity.png`)."),
+        "",
+    ]
+    sizes, pairs = swin_rows(names)
+    if sizes:
+        lines += [
+            "## Swin's sizes: against Swin-B, and against ResNet",
+            "",
+            ("Liu et al. 2021 (section 3.3) build Swin-T, Swin-S and Swin-L at \"about 0.25x, 0.5x and 2x the model "
+             "size and computational complexity\" of Swin-B, and say Swin-T and Swin-S have complexity similar to "
+             "ResNet-50 and ResNet-101. Ours from the formulas at 224 x 224; the paper's ratios from its Table 1 "
+             "(28M/50M/88M/197M, 4.5G/8.7G/15.4G/34.5G). ResNets: ours from `aiayn.analysis.formulas."
+             "resnet_classifier`, beside the figures of torchvision's model cards (ResNet50_Weights / "
+             "ResNet101_Weights; their \"GFLOPS\" are multiply-adds); Swin's Table 1 lists no ResNet."),
+            "",
+            "| model | claimed | parameters | / Swin-B | paper / Swin-B | multiply-adds | / Swin-B | paper / Swin-B |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            *sizes,
+            "",
+            ("The claim is loose at the small end: Swin-T is nearer a third of Swin-B than a quarter (C = 96 against "
+             "128, and 6 blocks in stage 3 against 18), in the paper's figures as in ours. Swin-T and Swin-S are "
+             "about 1.1x ResNet-50 and ResNet-101 in both parameters and multiply-adds."),
+            "",
+            "| pair | parameters | ratio | multiply-adds at 224 | ratio |",
+            "|---|---:|---:|---:|---:|",
+            *pairs,
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ def written(path):
     return True
 
 
-@pytest.mark.parametrize("what", ["positional", "masks", "schedule", "smoothing"])
+@pytest.mark.parametrize("what", ["positional", "masks", "lookahead", "swin-windows", "schedule", "smoothing"])
 def test_viz_writes_a_png(what, tmp_path, capsys):
     assert main(["viz", what, "--out", str(tmp_path), "--d-model", "32", "--positions", "20"]) == 0
     assert written(tmp_path / f"{what}.png") and "wrote" in capsys.readouterr().out

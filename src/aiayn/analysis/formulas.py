@@ -348,6 +348,51 @@ def resnet(in_channels: int, stem: int, widths: tuple[int, ...], depths: tuple[i
     return total, (h, w)
 
 
+def resnet_classifier(depths: tuple[int, ...], image_size: int = 224, num_classes: int = 1000) -> Counts:
+    """A bottleneck ResNet classifier (He et al. 2016, Table 1; torchvision's ``resnet50`` / ``resnet101``, the
+    stride in the 3 x 3 conv): :func:`resnet` + its BatchNorms' gain and bias (2 per channel of every conv, in
+    "norms") + global average pooling and a linear head 2048 -> ``num_classes``.
+
+    ResNet-50 (``depths=(3, 4, 6, 3)``): 25,557,032 parameters, 4.09G multiply-adds at 224; ResNet-101
+    (``(3, 4, 23, 3)``): 44,549,160 and 7.80G: the figures torchvision's model cards print.
+    """
+    widths = (256, 512, 1024, 2048)
+    backbone, _ = resnet(3, 64, widths, depths, "bottleneck", image_size, image_size)
+    bn, c_in = 64, 64  # the stem's BatchNorm; then each block's three (and its shortcut's)
+    for i, (c_out, depth) in enumerate(zip(widths, depths)):
+        for j in range(depth):
+            shortcut = c_in != c_out or (i > 0 and j == 0)
+            bn += 2 * (c_out // 4) + c_out + (c_out if shortcut else 0)
+            c_in = c_out
+    return backbone + Counts({"norms": 2 * bn}) + linear(1, widths[-1], num_classes)
+
+
+# --- one layer of each kind over a sequence (Vaswani et al. 2017, section 4, Table 1) --------------------------
+
+
+def lstm(t: int, c_in: int, c: int) -> Counts:
+    """One LSTM layer (``torch.nn.LSTM``) over ``t`` steps: four gates, each a C_in x C map of the input and a
+    C x C map of the previous state, 4(C_in + C)C + 8C parameters (PyTorch keeps two biases) and 4T(C_in + C)C
+    multiply-adds: 8TC^2 with C_in = C, Table 1's O(n d^2), in T steps that wait for each other (O(n)
+    sequential operations)."""
+    return Counts({"backbone": 4 * (c_in + c) * c + 8 * c}, {"backbone": 4 * t * (c_in + c) * c})
+
+
+def conv1d(t: int, c_in: int, c_out: int, k: int, bias: bool = True) -> Counts:
+    """A 1-D convolution of kernel ``k`` with ``t`` outputs (``padding="same"``): k C_in C_out (+ C_out)
+    parameters and T k C_in C_out multiply-adds, Table 1's O(k n d^2), all positions at once."""
+    return Counts({"backbone": k * c_in * c_out + (c_out if bias else 0)}, {"backbone": t * k * c_in * c_out})
+
+
+def restricted_attention(t: int, c: int, r: int, bias: bool = True) -> Counts:
+    """Self-attention restricted to a neighbourhood of ``r`` positions around each query (Table 1's last row):
+    the projections of all ``t`` positions as :func:`attention` (4TC^2), scores over r keys per query,
+    2TrC (O(r n d)) instead of 2T^2 C."""
+    full = attention(t, t, c, bias=bias)
+    return Counts(full.parameters, {"attention projections": full.macs["attention projections"],
+                                    "attention scores": 2 * t * min(r, t) * c})
+
+
 def detr(cfg: Any, height: int, width: int) -> Counts:
     """DETR (Carion et al. 2020, section 3.2) on a ``height`` x ``width`` image.
 
@@ -439,5 +484,6 @@ def as_dict(c: Counts) -> dict[str, Any]:
 
 
 __all__ = ["DETR_IMAGE_SIZE", "MAC_PARTS", "PARAMETER_PARTS", "Counts", "as_dict", "attention", "bert", "conv",
-           "counts", "decoder_layer", "default_size", "detr", "encoder_layer", "feed_forward", "gpt", "layer_norm",
-           "linear", "resnet", "swin", "table", "transformer", "vit", "window_attention"]
+           "conv1d", "counts", "decoder_layer", "default_size", "detr", "encoder_layer", "feed_forward", "gpt",
+           "layer_norm", "linear", "lstm", "resnet", "resnet_classifier", "restricted_attention", "swin", "table",
+           "transformer", "vit", "window_attention"]

@@ -137,15 +137,17 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="toy sizes: checks every case runs; measures nothing")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="float32 eager either way")
 
-    v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the schedule, label smoothing, "
-                                   "attention cost, a model's attention, a run's training history")
+    v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the look-ahead mask, Swin's "
+                                   "windows, the schedule, label smoothing, attention cost, a model's attention, a "
+                                   "run's training history")
     v.add_argument("what", choices=list(WHATS))
     v.add_argument("--out", default="viz", help="folder for the PNG files (default viz/); for one picture, a path "
                                                 "ending in .png is the file")
     v.add_argument("--run", default=None, help="attention: a text model, a run folder (translation, denoise, lm, "
                                                "mlm, textclass) or a Hugging Face folder (BERT, GPT-2, Marian); "
                                                "history: any run folder")
-    v.add_argument("--text", default=None, help="attention: the sentence the model reads (a translation's source)")
+    v.add_argument("--text", default=None, help="attention: the sentence the model reads (a translation's source); "
+                                                "lookahead: the tokens (default '<Begin> I have a cat')")
     v.add_argument("--target", default=None, help="attention, encoder-decoders: the translation to draw it for "
                                                    "(default: the model's greedy one)")
     v.add_argument("--layer", type=int, default=None, help="attention: draw only this layer (from 0)")

@@ -2,6 +2,8 @@
 
     positional   sinusoidal encodings (both layouts) and their dot products      positional.png
     masks        padding, causal, combined, Swin's shifted windows                masks.png
+    lookahead    the 5 x 5 look-ahead mask on "<Begin> I have a cat" (or --text)   lookahead.png
+    swin-windows Swin's windows: 81 vs 9 patches, 4 -> 9 -> 4 windows, regions    swin-windows.png
     schedule     section 5.3's learning rate for a few d_model / warm-up          schedule.png
     smoothing    section 5.4's label-smoothed target                              smoothing.png
     complexity   global vs window attention, measured and by formula              complexity.png
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-WHATS = ("positional", "masks", "schedule", "smoothing", "complexity", "attention", "history", "all")
+WHATS = ("positional", "masks", "lookahead", "swin-windows", "schedule", "smoothing", "complexity", "attention",
+         "history", "all")
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,8 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         out: the folder for the PNG files; for one picture, a path ending in ``.png`` is the file itself.
         run: a text model (``attention``: a run folder or a Hugging Face folder, :func:`read_attention`), any run
             folder (``history``).
-        text: the sentence whose attention to draw (``attention``; an encoder-decoder's source).
+        text: the sentence whose attention to draw (``attention``; an encoder-decoder's source); the tokens of
+            ``lookahead``, split at spaces (default ``<Begin> I have a cat``).
         target: the translation to draw it for (``attention``, encoder-decoders; default the model's greedy one).
         html: also write the interactive viewer of that attention to this HTML file (``attention``).
         device: where the run's model runs (``attention``): ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, or
@@ -313,13 +317,18 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         raise ValueError(f"viz {what} writes several pictures: --out must be a folder, got {out}")
     if file is not None:
         out = file.parent
-    wanted = WHATS[:5] if what == "all" else (what,)
+    wanted = WHATS[:7] if what == "all" else (what,)
     name = {w: file or out / f"{w}.png" for w in wanted}
     paths = []
     if "positional" in wanted:
         paths.append(pictures.plot_positional(name["positional"], d_model, positions))
     if "masks" in wanted:
         paths.append(pictures.plot_masks(name["masks"]))
+    if "lookahead" in wanted:
+        tokens = {"tokens": text.split()} if text else {}  # default: <Begin> I have a cat
+        paths.append(pictures.plot_lookahead(name["lookahead"], **tokens))
+    if "swin-windows" in wanted:
+        paths.append(pictures.plot_swin_windows(name["swin-windows"]))
     if "schedule" in wanted:
         paths.append(pictures.plot_schedule(name["schedule"]))
     if "smoothing" in wanted:

@@ -2,6 +2,7 @@
 
     padding          keys that are padding are hidden from every query               (B, 1, 1, S)
     causal           query i sees keys <= i (section 3.2.3)                           (T, S)
+                     (:func:`plot_lookahead`: the tutorials' 5 x 5 on "<Begin> I have a cat")
     combined         both: what a decoder self-attention over padded rows uses        (B, 1, T, S)
     shifted window   Swin's SW-MSA (Liu et al. 2021, section 3.2, figure 4): after the cyclic shift,
                      a window on the bottom or right edge holds patches from opposite sides of the map;
@@ -98,4 +99,51 @@ def plot_masks(path: str | os.PathLike, lengths: Sequence[int] = (7, 4), map_siz
     return save(fig, path)
 
 
-__all__ = ["plot_masks", "shift_regions"]
+LOOKAHEAD_TOKENS = ("<Begin>", "I", "have", "a", "cat")
+
+
+def plot_lookahead(path: str | os.PathLike, tokens: Sequence[str] = LOOKAHEAD_TOKENS) -> Path:
+    """The look-ahead (causal) mask of the decoder's self-attention (section 3.2.3) on ``tokens``: the query
+    tokens down the side, the key tokens along the top, each cell allowed (the key is at or before the query)
+    or blocked (a later token, which the decoder may not see while predicting). Drawn from
+    :func:`aiayn.layers.masks.causal_mask`, what the models use.
+
+    Args:
+        path: the PNG to write.
+        tokens: the sequence, one token per row and column (default the tutorials' five).
+    """
+    tokens = list(tokens)
+    if not tokens:
+        raise ValueError("tokens is empty: give at least one token")
+    n = len(tokens)
+    mask = causal_mask(n)  # (T, T), True = may attend
+    plt = pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    allowed, blocked = "#4c9a2a", "#d9d9d9"
+    side = 1.0 + 0.75 * n
+    fig, ax = plt.subplots(figsize=(side + 2.2, side))
+    ax.imshow(mask.numpy(), cmap=ListedColormap([blocked, allowed]), vmin=0, vmax=1, interpolation="nearest")
+    for i in range(n):
+        for j in range(n):
+            ax.text(j, i, "1" if mask[i, j] else "0", ha="center", va="center", fontsize=10,
+                    color="white" if mask[i, j] else "dimgray")
+    ax.set_xticks(range(n), tokens)
+    ax.set_yticks(range(n), tokens)
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel("key (the token attended to)")
+    ax.set_ylabel("query (the token predicting the next)")
+    ax.set_xticks([k - 0.5 for k in range(1, n)], minor=True)
+    ax.set_yticks([k - 0.5 for k in range(1, n)], minor=True)
+    ax.grid(which="minor", color="white", lw=2)
+    ax.tick_params(which="minor", length=0)
+    ax.legend(handles=[Patch(color=allowed, label="allowed (True)"), Patch(color=blocked, label="blocked (False)")],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=9, frameon=False)
+    ax.set_title(f"Look-ahead mask, {n} x {n} (section 3.2.3)", fontsize=11, pad=12)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+__all__ = ["LOOKAHEAD_TOKENS", "plot_lookahead", "plot_masks", "shift_regions"]

@@ -32,37 +32,72 @@ def encoding_similarity(n_positions: int, d_model: int, layout: str = "interleav
     return pe @ pe.T  # (T, T)
 
 
-def plot_positional(path: str | os.PathLike, d_model: int = 128, n_positions: int = 100) -> Path:
-    """Four panels: the encodings of the first ``n_positions`` positions by dimension in both layouts, the
-    dot product of every pair of positions, and the dot product against the offset from a few positions.
+def _ticks(n: int, most: int = 10) -> list[int]:
+    """Tick positions 0 .. n - 1: every one when few, else about ``most`` round steps and the last."""
+    if n <= 2 * most:
+        return list(range(n))
+    step = next(s for s in (2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128, 200, 256, 500, 512, 1000, n)
+                if s >= n / most)
+    return sorted(set(range(0, n, step)) | {n - 1})
+
+
+def plot_positional(path: str | os.PathLike, d_model: int = 512, n_positions: int = 20) -> Path:
+    """The tutorials' picture on top: the encodings of positions 0 .. T-1 over dimensions 0 .. C-1 in the
+    ``sinusoidal-concat`` layout (tensor2tensor's), the sines in the left half and the cosines in the right,
+    the halves marked. Below: the ``sinusoidal`` (interleaved, the formula's) layout, the dot product of
+    every pair of positions, and the dot product against the offset from a few positions.
 
     Args:
         path: the PNG to write.
-        d_model: C, even.
-        n_positions: T.
+        d_model: C, even (the tutorials' 512).
+        n_positions: T, at least 2 (the tutorials' 20).
     """
     if n_positions < 2:
         raise ValueError(f"n_positions={n_positions} must be at least 2")
+    if d_model < 2 or d_model % 2:
+        raise ValueError(f"d_model={d_model} must be even and positive")
     plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    for ax, layout, name in ((axes[0][0], "interleaved", "sinusoidal"), (axes[0][1], "concat", "sinusoidal-concat")):
-        pe = sinusoidal_encoding(n_positions, d_model, layout)  # (T, C)
-        im = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-        ax.set_title(f"positional={name!r} ({layout}): PE(pos, dim)", fontsize=9)
-        ax.set_xlabel("dimension")
-        ax.set_ylabel("position")
-        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig = plt.figure(figsize=(15, 9))
+    grid = fig.add_gridspec(2, 3, height_ratios=(1.1, 1))
+    half = d_model // 2
+
+    ax = fig.add_subplot(grid[0, :])
+    pe = sinusoidal_encoding(n_positions, d_model, "concat")  # (T, C): [sin | cos]
+    im = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.axvline(half - 0.5, color="k", lw=1.5)
+    for x, text in ((half / 2, f"sin(pos / 10000^(2i/{d_model})): dimensions 0-{half - 1}"),
+                    (half + half / 2, f"cos(pos / 10000^(2i/{d_model})): dimensions {half}-{d_model - 1}")):
+        ax.text(x, -0.6, text, ha="center", va="bottom", fontsize=9)
+    ax.set_xticks(_ticks(d_model))
+    ax.set_yticks(_ticks(n_positions))
+    ax.set_xlabel(f"dimension (0-{d_model - 1})")
+    ax.set_ylabel(f"position (0-{n_positions - 1})")
+    ax.set_title(f"positional='sinusoidal-concat': {n_positions} positions x {d_model} dimensions, sine half | "
+                 "cosine half", fontsize=10, pad=18)
+    fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
+
+    ax = fig.add_subplot(grid[1, 0])
+    pe = sinusoidal_encoding(n_positions, d_model, "interleaved")  # (T, C): sin, cos, sin, cos ...
+    im = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_yticks(_ticks(n_positions, 5))
+    ax.set_title("positional='sinusoidal' (interleaved: PE(pos, 2i) = sin, PE(pos, 2i+1) = cos)", fontsize=8)
+    ax.set_xlabel("dimension")
+    ax.set_ylabel("position")
+    fig.colorbar(im, ax=ax, fraction=0.046)
     sim = encoding_similarity(n_positions, d_model)  # (T, T)
-    im = axes[1][0].imshow(sim.numpy(), cmap="viridis", aspect="auto", interpolation="nearest")
-    axes[1][0].set_title("PE(p) . PE(q): a function of q - p alone (both layouts)", fontsize=9)
-    axes[1][0].set_xlabel("position q")
-    axes[1][0].set_ylabel("position p")
-    fig.colorbar(im, ax=axes[1][0], fraction=0.046)
-    ax = axes[1][1]
+    ax = fig.add_subplot(grid[1, 1])
+    im = ax.imshow(sim.numpy(), cmap="viridis", aspect="auto", interpolation="nearest")
+    ax.set_xticks(_ticks(n_positions, 5))
+    ax.set_yticks(_ticks(n_positions, 5))
+    ax.set_title("PE(p) . PE(q): a function of q - p alone (both layouts)", fontsize=8)
+    ax.set_xlabel("position q")
+    ax.set_ylabel("position p")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    ax = fig.add_subplot(grid[1, 2])
     for p in sorted({0, n_positions // 4, n_positions // 2}):
         ks = range(n_positions - p)
         ax.plot(list(ks), [float(sim[p, p + k]) / (d_model / 2) for k in ks], label=f"from position {p}", lw=1.2)
-    ax.set_title("PE(p) . PE(p + k) / (C/2) as positions move apart", fontsize=9)
+    ax.set_title("PE(p) . PE(p + k) / (C/2) as positions move apart", fontsize=8)
     ax.set_xlabel("offset k")
     ax.set_ylabel("normalised dot product")
     ax.axhline(0, color="grey", lw=0.5)
