@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,9 @@ from torch import Tensor, nn
 from aiayn.layers.linear import Linear
 from aiayn.layers.masks import causal_mask, combine
 from aiayn.layers.positional import apply_rotary
+
+if TYPE_CHECKING:
+    from aiayn.layers.scoring import Scorer
 
 _recorders: list[dict[str, list[Tensor]]] = []
 
@@ -124,10 +127,16 @@ class MultiHeadAttention(nn.Module):
 
     With ``n_kv_heads`` (grouped-query attention) ``in_proj`` is ``(C + 2 Hkv D, C)``: the query rows, then
     the key and the value rows of the kv heads; query head h reads kv head ``h // (n_heads / n_kv_heads)``.
+
+    ``score``, a :class:`aiayn.layers.scoring.Scorer` (additive, bilinear, dot, hard attention), replaces
+    equation 1 on the projected heads: its scores, then the shared mask and softmax step, always explicitly.
+    Its own weights live under ``score.``; projections and caches are unchanged.
     """
 
+    score: Scorer | None
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
-                 n_kv_heads: int | None = None) -> None:
+                 n_kv_heads: int | None = None, score: Scorer | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -138,6 +147,7 @@ class MultiHeadAttention(nn.Module):
         self.kv_dim = n_kv_heads * (d_model // n_heads)  # Hkv D; C without grouping
         self.in_proj = Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)
         self.out_proj = Linear(d_model, d_model, bias=bias)
+        self.score = score
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
@@ -218,9 +228,12 @@ class MultiHeadAttention(nn.Module):
             # kv is None here only if memory is not (the branch above)
             k, v = kv if kv is not None else self.project_kv(cast(Tensor, memory), memory_pos)
         record = bool(_recorders)
-        out, weights = scaled_dot_product_attention(
-            q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
-        )
+        if self.score is None:
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
+            )
+        else:  # another scoring function (aiayn.layers.scoring), always explicit
+            out, weights = self.score.attend(q, k, v, mask, self.dropout if self.training else 0.0, is_causal)
         if record:
             assert weights is not None  # asked for (need_weights or record)
             for rec in _recorders:

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from aiayn.layers.attention import MultiHeadAttention
 from aiayn.layers.feedforward import FeedForward
+from aiayn.layers.scoring import Scorer
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -87,7 +88,8 @@ class DecoderBlock(_Block):
 
     With ``cross_attention=False`` it is the decoder-only (GPT) block. ``norm`` (a kind of :data:`NORMS`),
     ``n_kv_heads`` (grouped-query attention) and ``bias`` (of the attention and feed-forward linears) are
-    Llama's switches; the defaults are the paper's block.
+    Llama's switches; the defaults are the paper's block. ``cross_score`` (a :class:`aiayn.layers.scoring.Scorer`)
+    scores the encoder-decoder attention otherwise than equation 1 (additive, bilinear, dot, hard).
     """
 
     cross_attn: MultiHeadAttention | None
@@ -108,12 +110,14 @@ class DecoderBlock(_Block):
         norm: str = "layernorm",
         n_kv_heads: int | None = None,
         bias: bool = True,
+        cross_score: Scorer | None = None,
     ) -> None:
         super().__init__(d_model, dropout, norm_first, eps)
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, n_kv_heads=n_kv_heads)
         self.norm1 = norm_layer(norm, d_model, eps)
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, n_kv_heads=n_kv_heads)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, n_kv_heads=n_kv_heads,
+                                                 score=cross_score)
             self.norm2 = norm_layer(norm, d_model, eps)
         else:
             self.cross_attn = self.norm2 = None

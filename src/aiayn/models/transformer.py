@@ -17,6 +17,7 @@ from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, St
 from aiayn.layers.embedding import POSITIONAL
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.layers.linear import Linear
+from aiayn.layers.scoring import SCORINGS, Scorer, make_scorer
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 
 
@@ -31,6 +32,12 @@ class TransformerConfig:
     ``relu_dropout``) and ``attention_dropout`` the attention weights. ``scale_embedding`` multiplies
     token embeddings by sqrt(d_model) (section 3.4). ``bos_id`` may equal ``pad_id`` (Marian starts
     decoding with the pad token); ``eos_id`` must differ from both.
+
+    ``cross_scoring`` scores the encoder-decoder attention only (self-attention keeps equation 1), one of
+    :data:`aiayn.layers.scoring.SCORINGS`: ``"scaled_dot"`` (eq. 1 on the fused kernel, the paper), ``"dot"``,
+    ``"additive"`` (Bahdanau), ``"bilinear"`` (Luong's "general"), or hard attention to one source position,
+    ``"hard-argmax"`` (straight-through) or ``"hard-sample"`` (trained by REINFORCE: the translation recipe adds
+    the estimator's term; argmax at evaluation). See :mod:`aiayn.layers.scoring`.
     """
 
     src_vocab_size: int = 37000
@@ -57,6 +64,7 @@ class TransformerConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    cross_scoring: str = "scaled_dot"
 
     def __post_init__(self) -> None:
         check_positive(self, "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_encoder_layers",
@@ -65,6 +73,7 @@ class TransformerConfig:
         check_probability(self, "dropout", "attention_dropout", "activation_dropout")
         check_choice(self, "activation", tuple(ACTIVATIONS))
         check_choice(self, "positional", POSITIONAL)
+        check_choice(self, "cross_scoring", SCORINGS)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings=True needs src_vocab_size == tgt_vocab_size, got {self.src_vocab_size} and "
@@ -115,7 +124,9 @@ class Transformer(nn.Module):
                                  "norm_first": cfg.norm_first, "eps": cfg.layer_norm_eps}
         self.encoder = Stack([EncoderBlock(**block) for _ in range(cfg.n_encoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
-        self.decoder = Stack([DecoderBlock(**block) for _ in range(cfg.n_decoder_layers)], cfg.d_model,
+        scoring = (cfg.cross_scoring, cfg.n_heads, cfg.d_head)  # None for eq. 1, else each layer its own scorer
+        self.decoder = Stack([DecoderBlock(**block, cross_score=make_scorer(*scoring))
+                              for _ in range(cfg.n_decoder_layers)], cfg.d_model,
                              final_norm=cfg.norm_first, eps=cfg.layer_norm_eps)
         self.generator = Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)  # 3.4: linear, softmax
         self._init_weights()
@@ -132,6 +143,9 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
+        for module in self.modules():  # a scorer's per-head weights keep their own initialisation
+            if isinstance(module, Scorer):
+                module.reset_parameters()
 
     def encode(self, src_ids: Tensor) -> Tensor:
         """``(B, S)`` source ids -> memory ``(B, S, C)``; padding (``pad_id``) is never attended to."""

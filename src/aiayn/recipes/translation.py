@@ -38,7 +38,7 @@ from aiayn.data import (
 )
 from aiayn.data.synthetic import TASKS
 from aiayn.decoding import beam_search, greedy
-from aiayn.layers import record_attention
+from aiayn.layers import record_attention, record_samples, reinforce_loss
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model, ready
 from aiayn.training import device as devices
@@ -157,6 +157,8 @@ class Translation(Recipe):
 
     def loss(self, model, batch):
         src, tgt_in, tgt_out = batch
+        if model.training and self.mcfg.cross_scoring == "hard-sample":
+            return sampled_attention_loss(model, batch, self.mcfg.pad_id, self.cfg.label_smoothing)
         return label_smoothed_loss(model(src, tgt_in), tgt_out, self.mcfg.pad_id, self.cfg.label_smoothing)
 
     @torch.no_grad()
@@ -200,6 +202,25 @@ class Translation(Recipe):
         say(f"try: aiayn translate --run {folder} \"{pairs[1 % len(pairs)][0]}\"")
         return {"exact_match": score, "bleu": scores["bleu"], "chrf": scores["chrf"],
                 "bleu_signature": scores["signature"], "val_loss": validation[-1]["val_loss"], "samples": samples}
+
+
+def sampled_attention_loss(model, batch, pad_id: int, label_smoothing: float):
+    """The loss of a model whose cross-attention samples one source position (``cross_scoring="hard-sample"``):
+    the label-smoothed loss plus the score-function (REINFORCE) term for the draws, whose reward is minus each
+    example's NLL (:func:`aiayn.layers.reinforce_loss`). The term adds its gradient only (``t - t.detach()``),
+    so the loss reads as the plain one. ``(loss_sum, nll_sum, n_tokens)`` as :func:`label_smoothed_loss`."""
+    src, tgt_in, tgt_out = batch
+    with record_samples() as log_probs:
+        logits = model(src, tgt_in)  # (B, T, V); log_probs: one (B, H, T) per decoder layer
+    loss, nll, n = label_smoothed_loss(logits, tgt_out, pad_id, label_smoothing)
+    keep = tgt_out != pad_id  # (B, T): draws at padding positions change no reward
+    example_nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), tgt_out, ignore_index=pad_id,
+                                                    reduction="none").sum(-1)  # (B,)
+    drawn = sum((lp.sum(1) * keep).sum(-1) for lp in log_probs)  # (B,) log p of every draw of each example
+    if isinstance(drawn, torch.Tensor):
+        term = reinforce_loss(drawn, -example_nll)
+        loss = loss + (term - term.detach())
+    return loss, nll, n
 
 
 def batches_once(pairs, max_tokens: int, cfg):
