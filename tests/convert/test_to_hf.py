@@ -352,6 +352,7 @@ REFUSED = [
     # the paper's interleaved sinusoids
     ("transformer-tiny", {}, "positional='sinusoidal' cannot be exported.*sines first, then cosines"),
     ("transformer-tiny", {"positional": "none"}, "positional='none'"),
+    ("transformer-tiny", {"positional": "sinusoidal-concat", "cross_scoring": "additive"}, "cross_scoring='additive'"),
     ("transformer-tiny", {"positional": "sinusoidal-concat", "layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
     ("transformer-tiny", {"positional": "sinusoidal-concat", "embed_norm": True}, "embed_norm=True"),
     ("bart-tiny", {"positional_offset": 0}, "positional_offset=0"),

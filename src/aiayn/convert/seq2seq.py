@@ -129,6 +129,9 @@ def _family(cfg: TransformerConfig) -> str:
     """``"marian"`` or ``"bart"``: the Hugging Face model that computes what ``cfg`` describes, or a refusal."""
     if cfg.norm_first:
         refuse("norm_first", True, "Marian and BART are post-norm (LayerNorm after each residual sum)")
+    if cfg.cross_scoring != "scaled_dot":
+        refuse("cross_scoring", cfg.cross_scoring, "Marian's and BART's encoder-decoder attention is scaled dot "
+               "products")
     if cfg.layer_norm_eps != 1e-5:
         refuse("layer_norm_eps", cfg.layer_norm_eps, "Marian's and BART's LayerNorms keep PyTorch's 1e-5")
     if cfg.positional == "sinusoidal":
