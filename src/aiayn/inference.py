@@ -12,9 +12,10 @@
 
 What a folder holds decides what its pipeline does (``p.task``): a translation run (``src_tokenizer.json``)
 or a denoising run (a BART: one tokenizer for both sides) translates, a language model generates, a BERT
-embeds, a ViT or Swin classifies images and a textclass run texts, a DETR detects. Each method computes what
-the command of the same name prints (``aiayn translate``, ``generate``, ``embed``, ``classify``, ``detect``):
-they call the same functions of :mod:`aiayn.recipes`, with the model loaded once instead of at every call.
+embeds, a ViT or Swin classifies images and a textclass run (BERT or GPT) texts, a DETR detects. Each method
+computes what the command of the same name prints (``aiayn translate``, ``generate``, ``embed``, ``classify``,
+``detect``): they call the same functions of :mod:`aiayn.recipes`, with the model loaded once instead of at every
+call. :func:`tldr` asks a language model for a zero-shot summary, as GPT-2 was asked.
 """
 
 from __future__ import annotations
@@ -160,14 +161,14 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
     if (folder / "config.json").is_file():
         return _hf_pipeline(folder, run_on)
     kind = type(saved_config(folder)).__name__
-    if kind == "GPTConfig":
-        model, tok = lm.load_lm_run(folder, **run_on)
-        return Pipeline("generate", model, folder, tok=tok)
-    if kind == "BertConfig" and (folder / "classes.json").is_file():  # a textclass run
+    if kind in ("BertConfig", "GPTConfig") and (folder / "classes.json").is_file():  # a textclass run
         from aiayn.recipes.textclass import load_classifier
 
         model, tok, classes = load_classifier(folder, **run_on)
         return Pipeline("classify", model, folder, tok=tok, classes=classes)
+    if kind == "GPTConfig":
+        model, tok = lm.load_lm_run(folder, **run_on)
+        return Pipeline("generate", model, folder, tok=tok)
     if kind == "BertConfig":
         model, tok, max_len = mlm.load_bert(folder, **run_on)
         return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
@@ -207,4 +208,45 @@ def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
     return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
 
 
-__all__ = ["Pipeline", "pipeline"]
+TLDR = "\nTL;DR:"  # Radford et al. 2019, section 3.6: the prompt that asks a language model for a summary
+
+
+def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 100, top_k: int = 2,
+         sentences: int | None = 3, seed: int | None = 0) -> str:
+    """A zero-shot summary of ``text`` by a language model, as GPT-2 was asked for one (Radford et al. 2019,
+    section 3.6): the text, then ``"\nTL;DR:"``, then ``max_new_tokens`` tokens each drawn from the ``top_k``
+    most likely (k = 2 in the paper, temperature 1), of which the first ``sentences`` sentences are kept.
+
+    Args:
+        source: a generating :class:`Pipeline`, or what :func:`pipeline` loads one from (a converted GPT-2
+            folder with its ``tokenizer.json``, an ``aiayn train lm`` run).
+        text: the article; the model's context must hold it, the prompt and the new tokens (fewer are drawn
+            when it does not).
+        sentences: how many sentences of the continuation to keep (ended by ``.``, ``!`` or ``?``); ``None``:
+            all of it.
+        seed: seeds the sampling, so one seed gives one summary on one device.
+
+    Returns:
+        The continuation after the prompt (the prompt not included), stripped of surrounding spaces.
+
+    Raises:
+        ValueError: an empty ``text``, ``top_k`` or ``sentences`` below 1, or a source that does not generate.
+    """
+    import re
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    if top_k < 1 or (sentences is not None and sentences < 1):
+        raise ValueError(f"top_k and sentences must be >= 1, got top_k={top_k}, sentences={sentences}")
+    p = source if isinstance(source, Pipeline) else pipeline(source)
+    if p.task != "generate":
+        raise ValueError(f"source: {p.source} holds a {type(p.model).__name__}, which can {p.task}; a TL;DR "
+                         f"summary needs a language model")
+    out = cast(str, p.generate(text.rstrip() + TLDR, max_new_tokens=max_new_tokens, temperature=1.0, top_k=top_k,
+                               seed=seed))
+    if sentences is not None:
+        out = "".join(re.split(r"(?<=[.!?])(?=\s)", out)[:sentences])
+    return out.strip()
+
+
+__all__ = ["TLDR", "Pipeline", "pipeline", "tldr"]

@@ -1,4 +1,5 @@
-"""Text classification (BERT's [CLS] head) and fine-tuning: --init-from, --freeze and --body-lr, end to end."""
+"""Text classification (BERT's [CLS] head, GPT's last-token head) and fine-tuning: --init-from, --freeze and
+--body-lr, end to end."""
 
 import json
 
@@ -10,6 +11,7 @@ from aiayn import recipes
 from aiayn.cli import main
 from aiayn.data import BPETokenizer, load_tokenizer
 from aiayn.data.labelled import clean, read_labelled, split
+from aiayn.models.gpt import GPT
 from aiayn.recipes.evaluate import evaluate
 from aiayn.recipes.textclass import classify_texts, date_halves, load_classifier
 
@@ -43,6 +45,76 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, 
     assert f"accuracy       {scores['accuracy']:.4f}" in printed and "precision" in printed
     p = aiayn.pipeline(run)  # the pipeline's classify takes texts from a textclass run
     assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
+
+
+def test_a_gpt_classifier_reads_the_last_token_and_learns_the_half_years(tmp_path, capsys):
+    result = recipes.train("textclass", model_type="gpt", n_examples=1000, steps=80, warmup=20, eval_every=40,
+                           batch_size=32, model={"d_model": 64, "d_ff": 128, "n_layers": 2}, out=str(tmp_path),
+                           **QUIET)
+    run = result["run"]
+    saved = json.loads((run / "run.json").read_text())
+    assert saved["test_accuracy"] > 0.85  # chance is about a half, as for BERT above
+    model, tok, classes = load_classifier(run)
+    assert isinstance(model, GPT) and model.cfg.head == "classification" and model.cfg.pad_id == tok.pad_id
+    out = classify_texts(model, tok, classes, ["the 3rd of march 1999", "december 24, 2011"])
+    assert [o["top"][0]["class"] for o in out] == ["jan-jun", "jul-dec"]
+    # one by one (no padding) == in a padded batch: the head finds each text's last real token
+    texts, labels, _ = date_halves(40, seed=9)
+    batched = [o["top"][0]["probability"] for o in classify_texts(model, tok, classes, texts)]
+    alone = [classify_texts(model, tok, classes, [t])[0]["top"][0]["probability"] for t in texts[:6]]
+    assert alone == pytest.approx(batched[:6], abs=1e-5)
+    (tmp_path / "dates.tsv").write_text("".join(f"{classes[y]}\t{t}\n" for t, y in zip(texts, labels)))
+    scores = evaluate(run, data=str(tmp_path / "dates.tsv"))
+    right = [o["top"][0]["class"] == classes[y] for o, y in zip(classify_texts(model, tok, classes, texts), labels)]
+    assert scores["n"] == 40 and scores["accuracy"] == pytest.approx(sum(right) / 40)
+    assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "dates.tsv")]) == 0
+    assert f"accuracy       {scores['accuracy']:.4f}" in capsys.readouterr().out
+    p = aiayn.pipeline(run)  # a GPT textclass run classifies texts, not generates
+    assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
+
+
+def test_a_gpt_lm_run_fine_tunes_as_a_gpt_classifier(runs, tmp_path):
+    source = aiayn.load(runs["lm"]).state_dict()
+    run = recipes.train("textclass", model_type="gpt", init_from=str(runs["lm"]), freeze=-1, n_examples=300,
+                        steps=3, warmup=1, eval_every=0, out=str(tmp_path), **QUIET)["run"]
+    tuned = aiayn.load(run).state_dict()
+    assert (run / "tokenizer.json").read_text() == (runs["lm"] / "tokenizer.json").read_text()  # the lm's own
+    body = [k for k in source if k.startswith(("embed.", "decoder.layers."))]
+    assert body and all(torch.equal(tuned[k], source[k]) for k in body)  # the frozen body, untouched
+    assert tuned["score.weight"].shape == (2, 32)
+    out = aiayn.pipeline(run).classify(["march 3, 1999"], top=1)
+    assert out[0]["top"][0]["class"] in ("jan-jun", "jul-dec")
+    with pytest.raises(ValueError, match="model_type='gpt' takes a GPTConfig preset"):
+        recipes.train("textclass", model_type="gpt", preset="bert-tiny", steps=1, out=str(tmp_path), **QUIET)
+    with pytest.raises(ValueError, match="model_type='t5': expected one of"):
+        recipes.config("textclass", model_type="t5")
+
+
+def test_a_hugging_face_gpt2_folder_fine_tunes_as_a_classifier_with_its_own_tokenizer(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    # a GPT-2-style byte-level BPE whose only special is <|endoftext|> (no padding token, as GPT-2's)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    bpe.train_from_iterator(date_halves(300, seed=3)[0], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=bpe.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=0,
+        eos_token_id=0)).save_pretrained(tmp_path / "hf")
+    bpe.save(str(tmp_path / "hf" / "tokenizer.json"))
+    run = recipes.train("textclass", model_type="gpt", init_from=str(tmp_path / "hf"), n_examples=200, steps=2,
+                        warmup=1, eval_every=0, max_len=64, out=str(tmp_path), **QUIET)["run"]
+    model, tok, classes = load_classifier(run)
+    assert model.cfg.pad_id == tok.eos_id == 0  # GPT-2 pads with its end-of-text token, masked
+    start = aiayn.from_hf(tmp_path / "hf").state_dict()
+    assert not torch.equal(aiayn.load(run).state_dict()["decoder.layers.1.ff.fc1.weight"],
+                           start["decoder.layers.1.ff.fc1.weight"])  # loaded, then trained
+    texts = date_halves(6, seed=4)[0]  # one by one == batched, with the end-of-text token appended to each
+    batched = [o["top"][0]["probability"] for o in classify_texts(model, tok, classes, texts)]
+    alone = [classify_texts(model, tok, classes, [t])[0]["top"][0]["probability"] for t in texts]
+    assert alone == pytest.approx(batched, abs=1e-5)
 
 
 def test_data_is_deduplicated_and_texts_under_two_labels_dropped_before_the_split(tmp_path):

@@ -1,4 +1,5 @@
-"""GPT-2 (``GPT2LMHeadModel`` / ``GPT2Model``) -> our :class:`~aiayn.models.gpt.GPT`.
+"""GPT-2 (``GPT2LMHeadModel`` / ``GPT2Model`` / ``GPT2ForSequenceClassification``) -> our
+:class:`~aiayn.models.gpt.GPT`.
 
 GPT-2 stores its linear layers as ``Conv1D``: weights ``(in, out)``, the transpose of ``nn.Linear``'s.
 Its ``c_attn`` is already the fused q | k | v projection our attention keeps as ``in_proj``.
@@ -10,22 +11,25 @@ Its ``c_attn`` is already the fused q | k | v projection our attention keeps as 
     h.i.mlp.c_fc, c_proj (transp.)  -> decoder.layers.i.ff.fc1, ff.fc2
     ln_f                            -> decoder.norm
     lm_head                         -> lm_head (tied to wte unless the config unties it)
+    score                           -> score (GPT2ForSequenceClassification; pad_token_id -> pad_id)
     h.i.attn.bias / masked_bias     -> dropped (causal-mask buffers of older checkpoints)
 
-:func:`export` reads the table the other way: our GPT -> ``GPT2LMHeadModel`` (``lm_head`` written only when
-untied, as ``save_pretrained`` writes it). A config with a Llama switch on (rotary positions, RMSNorm, SwiGLU,
-grouped heads, no biases, a sliding window) is not a GPT-2 and is refused.
+:func:`export` reads the table the other way: our GPT -> ``GPT2LMHeadModel`` (``lm_head`` written only when untied,
+as ``save_pretrained`` writes it), or with ``head="classification"`` -> ``GPT2ForSequenceClassification`` (which
+has no ``lm_head``: the output layer must be tied). A config with a Llama switch on (rotary positions, RMSNorm,
+SwiGLU, grouped heads, no biases, a sliding window) is not a GPT-2 and is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from aiayn.convert.common import Source, linear, load_converted
-from aiayn.convert.to_hf import copy, hf_activation, our_weights
+from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, refuse
 from aiayn.models.gpt import GPT, GPTConfig
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
@@ -50,7 +54,7 @@ def config(hf: dict[str, Any]) -> GPTConfig:
         n_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * hf["n_embd"], dropout=hf["resid_pdrop"],
         attention_dropout=hf["attn_pdrop"], activation=ACTIVATIONS[hf["activation_function"]],
         layer_norm_eps=hf["layer_norm_epsilon"], tie_output=hf.get("tie_word_embeddings", True),
-        eos_id=hf["vocab_size"] - 1 if eos is None else eos,
+        eos_id=hf["vocab_size"] - 1 if eos is None else eos, pad_id=hf.get("pad_token_id"),
     )
 
 
@@ -58,6 +62,8 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2")
     """Our :class:`GPT` computing what the GPT-2 with config ``hf`` and weights ``tensors`` computes."""
     cfg = config(hf)
     src = Source(tensors, name)
+    if "score.weight" in src:  # GPT2ForSequenceClassification: a linear head on the last real token
+        cfg = dataclasses.replace(cfg, head="classification", num_labels=src.tensors["score.weight"].shape[0])
     pre = "transformer." if "transformer.wte.weight" in src else ""
     out: dict[str, Tensor] = {"embed.tokens.weight": src.take(f"{pre}wte.weight"),
                               "embed.positions.weight": src.take(f"{pre}wpe.weight")}
@@ -75,6 +81,8 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2")
         out["lm_head.weight"] = head
     elif cfg.tie_output:
         out["lm_head.weight"] = out["embed.tokens.weight"]
+    if cfg.head == "classification":
+        out["score.weight"] = src.take("score.weight")
     src.check_all_taken(ignore=(".attn.bias", ".attn.masked_bias"))
     return load_converted(GPT(cfg), out, name)
 
@@ -99,6 +107,12 @@ def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
         "bos_token_id": cfg.eos_id, "eos_token_id": cfg.eos_id,
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
     }
+    classify = cfg.head == "classification"
+    if classify:
+        if not cfg.tie_output:
+            refuse("tie_output", False, "GPT2ForSequenceClassification has no lm_head of its own (tie it)")
+        config.update(architectures=["GPT2ForSequenceClassification"], pad_token_id=cfg.pad_id,
+                      **label_names(cfg.num_labels))
     src = our_weights(model, "our GPT")
     out: dict[str, Tensor] = {"transformer.wte.weight": src.take("embed.tokens.weight"),
                               "transformer.wpe.weight": src.take("embed.positions.weight")}
@@ -113,5 +127,7 @@ def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
         src.alias("lm_head.weight", out["transformer.wte.weight"])
     else:
         out["lm_head.weight"] = src.take("lm_head.weight")
+    if classify:
+        out["score.weight"] = src.take("score.weight")
     src.check_all_taken()
     return config, out

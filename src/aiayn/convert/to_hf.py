@@ -1,6 +1,6 @@
 """aiayn models -> Hugging Face folders: the inverse of :func:`aiayn.convert.from_hf`.
 
-    GPT          -> GPT2LMHeadModel                       (convert/gpt2.py)
+    GPT          -> GPT2LMHeadModel, or GPT2ForSequenceClassification with head="classification"  (convert/gpt2.py)
                     or, with any Llama switch on, LlamaForCausalLM / MistralForCausalLM  (convert/llama.py)
     BERT         -> BertModel, BertForMaskedLM, BertForPreTraining or BertForSequenceClassification,
                     by the model's head                   (convert/bert.py)
@@ -95,6 +95,9 @@ def _gpt(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
     cfg, plain = model.cfg, GPTConfig()
     switched = cfg.activation in GATED or any(getattr(cfg, f) != getattr(plain, f) for f in (
         "positional", "norm", "n_kv_heads", "bias", "attention_window"))
+    if switched and cfg.head != "lm":
+        refuse("head", cfg.head, "only a GPT-2 (no Llama switch on) exports with a classification head, as "
+                                 "GPT2ForSequenceClassification")
     return (llama.export if switched else gpt2.export)(model)
 
 

@@ -19,7 +19,13 @@ Llama (Touvron et al. 2023, section 2.2) is this model with five switches of the
     bias                  True            False: no biases in the attention and feed-forward linears
     attention_window      None            Mistral: each position sees only the last W positions
 
-Shapes: B batch, T new positions, S all positions (cached + new), C d_model, V vocabulary.
+Fine-tuning for classification (Radford et al. 2018, section 3.2 and Figure 1) reads the final hidden state
+of the last token of each text (their extract token) into a linear layer; ``head="classification"`` adds that
+layer, named ``score`` as in Hugging Face's ``GPT2ForSequenceClassification``:
+
+    ids -> ... -> LayerNorm -> hidden (B, T, C) -> the last real token's state (B, C) -> dropout -> Linear -> (B, K)
+
+Shapes: B batch, T new positions, S all positions (cached + new), C d_model, V vocabulary, K classes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from aiayn.layers import NORMS, DecoderBlock, DecoderCache, Embedding, RotaryEmbedding, Stack, causal_mask, combine
@@ -37,6 +44,7 @@ from aiayn.layers.positional import rope_frequencies
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 
 POSITIONAL = ("learned", "rope")
+HEADS = ("lm", "classification")
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,10 @@ class GPTConfig:
     ``activation="swiglu"``; ``n_kv_heads`` (``None``: as many as ``n_heads``); ``bias``; ``attention_window``
     (``None``: the whole causal past). With rotary positions ``max_len`` is the context the model is sized for
     (no table is learned).
+
+    ``head``: ``"lm"`` (next-token logits only) or ``"classification"`` (also ``num_labels`` class logits from
+    the last real token, :meth:`GPT.classify`). ``pad_id``: the token that pads texts for classification
+    (``None``: none chosen); it is Hugging Face's ``pad_token_id``, which picks the last token there.
     """
 
     vocab_size: int = 50257
@@ -73,6 +85,9 @@ class GPTConfig:
     n_kv_heads: int | None = None
     bias: bool = True
     attention_window: int | None = None
+    head: str = "lm"
+    num_labels: int = 2
+    pad_id: int | None = None
 
     def __post_init__(self) -> None:
         check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff")
@@ -81,6 +96,10 @@ class GPTConfig:
         check_choice(self, "activation", tuple(ACTIVATIONS) + tuple(GATED))
         check_choice(self, "positional", POSITIONAL)
         check_choice(self, "norm", NORMS)
+        check_choice(self, "head", HEADS)
+        check_positive(self, "num_labels")
+        if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
         if not 0 <= self.eos_id < self.vocab_size:
             raise ValueError(f"eos_id={self.eos_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
         if self.n_kv_heads is not None:
@@ -177,6 +196,7 @@ class GPT(nn.Module):
             cfg.d_model, final_norm=True, eps=cfg.layer_norm_eps, norm=cfg.norm,
         )
         self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.score = Linear(cfg.d_model, cfg.num_labels, bias=False) if cfg.head == "classification" else None
         self._init_weights()
         if cfg.tie_output:
             self.lm_head.weight = self.embed.tokens.weight
@@ -191,7 +211,12 @@ class GPT(nn.Module):
                 nn.init.normal_(p, std=std)
 
     def forward(self, ids: Tensor, attention_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
-        """Logits ``(B, T, V)`` for ids ``(B, T)``.
+        """Logits ``(B, T, V)`` for ids ``(B, T)``: the output layer on :meth:`features` (arguments as there)."""
+        return self.lm_head(self.features(ids, attention_mask=attention_mask, cache=cache))
+
+    def features(self, ids: Tensor, attention_mask: Tensor | None = None,
+                 cache: DecoderCache | None = None) -> Tensor:
+        """Final hidden states ``(B, T, C)`` (after the last LayerNorm) for ids ``(B, T)``.
 
         Args:
             attention_mask: ``(B, S)`` bool or 0/1, ``True`` for real tokens, over every position so far
@@ -232,8 +257,30 @@ class GPT(nn.Module):
             window = causal_mask(t, s, device=ids.device, window=self.cfg.attention_window)  # (T, S)
             mask, is_causal = combine(mask, window), False
         rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
-        x = self.decoder(x, None, mask, None, is_causal, caches=cache, rotary=rotary)
-        return self.lm_head(x)
+        return self.decoder(x, None, mask, None, is_causal, caches=cache, rotary=rotary)  # (B, T, C)
+
+    def classify(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """``(B, T, C)`` -> ``(B, num_labels)``: the linear head on the last real token of each row (head
+        ``classification``; Radford et al. 2018, section 3.2).
+
+        Args:
+            hidden: :meth:`features` of the batch.
+            attention_mask: ``(B, T)`` bool or 0/1, ``True`` for real tokens; the rightmost real token is read,
+                so rows padded on the left or on the right both work (as ``GPT2ForSequenceClassification``
+                reads the rightmost token that is not ``pad_token_id``). ``None``: the last position.
+        """
+        if self.score is None:
+            raise ValueError(f"this GPT has head={self.cfg.head!r}; build it with head='classification'")
+        if attention_mask is None:
+            last = hidden[:, -1]  # (B, C)
+        else:
+            if attention_mask.shape != hidden.shape[:2]:
+                raise ValueError(f"attention_mask must be (batch, positions) = {tuple(hidden.shape[:2])}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            positions = torch.arange(hidden.size(1), device=hidden.device)  # (T,)
+            index = (positions * attention_mask.bool()).argmax(-1)  # (B,) the rightmost real token
+            last = hidden[torch.arange(hidden.size(0), device=hidden.device), index]  # (B, C)
+        return self.score(self.embed.dropout(last))  # dropout on the classifier (section 4.1)
 
     def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
         """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
@@ -250,4 +297,4 @@ class GPT(nn.Module):
         return DecoderCache(len(self.decoder.layers), max_len)
 
 
-__all__ = ["GPT", "PRESETS", "GPTConfig"]
+__all__ = ["GPT", "HEADS", "PRESETS", "GPTConfig"]

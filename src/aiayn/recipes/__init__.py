@@ -6,7 +6,7 @@
     denoise       BART pre-training: reconstruct corrupted text
     image         ViT or Swin classifying digits the package draws, or MNIST                classify
     detect        DETR finding shapes the package draws, or a Pascal VOC folder             detect
-    textclass     BERT's [CLS] classifier on labelled texts (from scratch or --init-from)
+    textclass     BERT's [CLS] or GPT's last-token classifier on labelled texts (scratch or --init-from)
 
     import aiayn.recipes as recipes
     result = recipes.train("lm", steps=300, model={"d_model": 64})    # a task, or a named preset below

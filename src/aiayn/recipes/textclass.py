@@ -1,6 +1,12 @@
-"""Text classification: BERT's [CLS] head (section 4 of the BERT paper), trained from scratch or fine-tuned.
+"""Text classification: BERT's [CLS] head (section 4 of the BERT paper) or GPT's last-token head (Radford et al.
+2018, Figure 1), trained from scratch or fine-tuned.
 
-    [CLS] text [SEP] -> BERT -> tanh(Linear(hidden[CLS])) -> dropout -> Linear -> class logits
+    model_type="bert"   [CLS] text [SEP] -> BERT -> tanh(Linear(hidden[CLS])) -> dropout -> Linear -> class logits
+    model_type="gpt"    [CLS] text [SEP] -> GPT  -> hidden[last real token] -> dropout -> Linear -> class logits
+
+A GPT reads left to right, so only the last token has seen the whole text: its state is the one classified
+(the paper's extract token; here the [SEP] that ends each text, or, with another model's tokenizer, its
+end-of-text token appended to the text).
 
 The data is a folder of one text file per class (``pos.txt.gz``, ``neg.txt.gz``: one text per line) or a
 ``label<TAB>text`` file (:mod:`aiayn.data.labelled`). Each text is kept once and a text found under two labels
@@ -8,10 +14,11 @@ is dropped, before the split into training, validation and test, so no text is o
 default data is made up, so it runs with no download: dates written freely in English, labelled by the half
 of the year they fall in.
 
-Fine-tuning is ``init_from``: a BERT run (``aiayn train mlm``) or a Hugging Face BERT folder gives its weights
-and its tokenizer, and only the classifier starts fresh. The best weights on validation are kept; the test
-split is scored once, at the end, with them: accuracy, precision, recall and F1 per class, and the confusion
-matrix (``confusion.png``).
+Fine-tuning is ``init_from``: a BERT run (``aiayn train mlm``) or a Hugging Face BERT folder, or with
+``model_type="gpt"`` a GPT run (``aiayn train lm``) or a Hugging Face GPT-2 folder with its ``tokenizer.json``,
+gives its weights and its tokenizer, and only the classifier starts fresh. The best weights on validation are
+kept; the test split is scored once, at the end, with them: accuracy, precision, recall and F1 per class, and the
+confusion matrix (``confusion.png``).
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import aiayn
-from aiayn.data import make_pairs
+from aiayn.data import load_tokenizer, make_pairs
 from aiayn.data.labelled import clean, read_labelled, split
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.evaluation.classification import accuracy, confusion_matrix, precision_recall
 from aiayn.models.bert import BERT, BertConfig
+from aiayn.models.gpt import GPT, GPTConfig
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model
 from aiayn.recipes.mlm import bert_tokenizer
@@ -39,6 +47,8 @@ from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
 Batch = tuple[Tensor, Tensor, Tensor]  # ids (B, T), attention mask (B, T), labels (B,)
+# model_type: its config class and its default preset
+FAMILIES: dict[str, tuple[type[Any], str]] = {"bert": (BertConfig, "bert-tiny"), "gpt": (GPTConfig, "gpt-tiny")}
 
 
 def date_halves(n: int, seed: int) -> tuple[list[str], list[int], list[str]]:
@@ -47,13 +57,34 @@ def date_halves(n: int, seed: int) -> tuple[list[str], list[int], list[str]]:
     return [free for free, _ in pairs], [int(int(iso[5:7]) > 6) for _, iso in pairs], ["jan-jun", "jul-dec"]
 
 
-def encode(tok: WordPieceTokenizer, texts: list[str], max_len: int) -> list[list[int]]:
-    """``[CLS] text [SEP]`` ids, cut to ``max_len`` tokens (keeping the final [SEP])."""
+def encode(tok: Any, texts: list[str], max_len: int) -> list[list[int]]:
+    """``[CLS] text [SEP]`` ids (a WordPiece tokenizer), or ``text <end-of-text>`` (another's: a GPT's), cut to
+    ``max_len`` tokens keeping the final one (the one a GPT classifies)."""
+    wordpiece = isinstance(tok, WordPieceTokenizer)
+    if not wordpiece and tok.eos_id is None:
+        raise ValueError("tok: a GPT's tokenizer needs an end-of-text token to end each text with; this one has none")
     out = []
     for text in texts:
-        ids = tok.encode(text)[0]
+        ids = tok.encode(text)[0] if wordpiece else [*tok.encode(text), tok.eos_id]
         out.append(ids if len(ids) <= max_len else [*ids[: max_len - 1], ids[-1]])
     return out
+
+
+def pad_of(tok: Any) -> int:
+    """The id that pads a batch: the tokenizer's padding token, or its end-of-text (GPT-2 has no padding
+    token; padding is masked, so any id serves)."""
+    pad = getattr(tok, "pad_id", None)
+    return cast(int, tok.eos_id if pad is None else pad)
+
+
+def load_text_tokenizer(path: str | os.PathLike) -> Any:
+    """A textclass run's ``tokenizer.json``: BERT's WordPiece, or a GPT's (:func:`aiayn.data.load_tokenizer`)."""
+    import json
+
+    model = json.loads(Path(path).read_text(encoding="utf-8")).get("model")
+    if isinstance(model, dict) and model.get("type") == "WordPiece":
+        return WordPieceTokenizer.load(path)
+    return load_tokenizer(path)
 
 
 def collate(rows: list[list[int]], labels: list[int], pad_id: int) -> Batch:
@@ -73,13 +104,17 @@ def batches(rows: list[list[int]], labels: list[int], batch_size: int, pad_id: i
         k += 1
 
 
-def logits_of(model: BERT, batch: Batch) -> Tensor:
+def logits_of(model: BERT | GPT, batch: Batch) -> Tensor:
     ids, mask, _ = batch
+    if isinstance(model, GPT):
+        # rows are padded on the right, so under the causal mask no real token sees a pad: no mask is needed
+        # for the states (SDPA's is_causal), only to find each row's last real token
+        return model.classify(model.features(ids), mask)
     return model.classify(model(ids, attention_mask=mask))
 
 
 @torch.no_grad()
-def predict(model: BERT, rows: list[list[int]], pad_id: int, batch_size: int = 128) -> Tensor:
+def predict(model: BERT | GPT, rows: list[list[int]], pad_id: int, batch_size: int = 128) -> Tensor:
     """``(N, K)`` logits on the CPU, in eval mode, each batch on ``model``'s device (rows sorted by length, so
     batches pad little; returned in the given order)."""
     model.eval()
@@ -112,7 +147,10 @@ class Config(RecipeConfig):
     test_fraction: float = setting(0.1, "of the texts, held out and scored once at the end")
     split_seed: int = setting(0, "seeds the split alone, so runs of every seed share one test split")
     vocab_size: int = setting(2000, "WordPiece vocabulary (trained on the training texts; with init_from, its own)")
-    preset: str = setting("bert-tiny", "the model preset (with init_from: the source's config)")
+    model_type: str = setting("bert", "bert (the [CLS] state classified) or gpt (the last token's state, Radford "
+                                      "et al. 2018)")
+    preset: str = setting("", "the model preset; empty: bert-tiny, or gpt-tiny for model_type gpt (with "
+                              "init_from: the source's config)")
     max_len: int = setting(128, "tokens per text, [CLS] and [SEP] included; longer texts are cut")
     steps: int = setting(1000, "optimizer updates")
     batch_size: int = setting(32, "texts per batch")
@@ -123,8 +161,16 @@ class Config(RecipeConfig):
     eval_every: int = setting(250, "validate every N updates, keeping the best weights")
 
     def __post_init__(self) -> None:
+        if self.model_type not in FAMILIES:
+            raise ValueError(f"model_type={self.model_type!r}: expected one of {tuple(FAMILIES)}")
+        if not self.preset:  # the family's small preset, written into args.json as chosen
+            object.__setattr__(self, "preset", FAMILIES[self.model_type][1])
         super().__post_init__()
         positive(self, "n_examples", "vocab_size", "max_len", "batch_size", "lr")
+        family = FAMILIES[self.model_type][0]
+        if not isinstance(aiayn.preset(self.preset), family):
+            raise ValueError(f"preset={self.preset!r} is not a {self.model_type.upper()}; model_type="
+                             f"{self.model_type!r} takes a {family.__name__} preset")
         if self.max_len < 3:
             raise ValueError(f"max_len must leave room for a token between [CLS] and [SEP], got {self.max_len}")
 
@@ -143,35 +189,38 @@ class TextClassification(Recipe):
         texts, labels, report = clean(texts, labels)
         train, val, test = split(texts, labels, cfg.val_fraction, cfg.test_fraction, cfg.split_seed)
         start = self.start_from()  # fine-tuning: the source's config and tokenizer
-        if start is not None and not isinstance(start, BertConfig):
+        family = FAMILIES[cfg.model_type][0]
+        gpt = cfg.model_type == "gpt"
+        if start is not None and not isinstance(start, family):
             raise ValueError(f"init_from={cfg.init_from!r} holds a {type(start).__name__} model; textclass "
-                             f"fine-tunes a BERT")
+                             f"fine-tunes a {'GPT' if gpt else 'BERT'} (model_type={cfg.model_type!r})")
         if folder is not None:
-            tok = WordPieceTokenizer.load(folder / "tokenizer.json")
+            tok = load_text_tokenizer(folder / "tokenizer.json")
         elif start is not None:
             assert cfg.init_from is not None  # start_from loads it
-            tok = bert_tokenizer(finetune.folder_of(cfg.init_from))
+            source = finetune.folder_of(cfg.init_from)
+            tok = load_tokenizer(source / "tokenizer.json") if gpt else bert_tokenizer(source)
         else:
             tok = WordPieceTokenizer.train(train[0], vocab_size=cfg.vocab_size)
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
         self.files = {"tokenizer.json": tok, "classes.json": self.classes}
-        head = {"head": "classification", "num_labels": len(self.classes)}
+        self.pad_id = pad_of(tok)
+        head = {"head": "classification", "num_labels": len(self.classes), **({"pad_id": self.pad_id} if gpt else {})}
         if start is not None:
             self.mcfg = dataclasses.replace(start, **{**head, **cfg.model})
         else:
-            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
-                                                    "cls_id": tok.cls_id, "sep_id": tok.sep_id,
-                                                    "mask_id": tok.mask_id, "max_len": cfg.max_len, **head,
-                                                    **cfg.model})
+            ids = {"eos_id": tok.sep_id} if gpt else {"cls_id": tok.cls_id, "sep_id": tok.sep_id,
+                                                       "mask_id": tok.mask_id, "pad_id": tok.pad_id}
+            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, "max_len": cfg.max_len,
+                                                    **head, **cfg.model})
         self.model = aiayn.build(self.mcfg)
         max_len = min(cfg.max_len, self.mcfg.max_len)
         (self.train_rows, self.val_rows, self.test_rows) = (encode(tok, t, max_len) for t, _ in (train, val, test))
         self.train_labels = train[1]
         self.val_labels, self.test_labels = torch.tensor(val[1]), torch.tensor(test[1])
-        self.pad_id = cast(int, tok.pad_id)
         say(f"data {self.run_name}: {report['read']:,} texts, {report['duplicates']:,} copies and "
             f"{report['conflicting']:,} texts under two labels dropped; {len(train[0]):,} train, {len(val[0]):,} "
-            f"validation, {len(test[0]):,} test; classes {self.classes}; WordPiece {tok.vocab_size:,}")
+            f"validation, {len(test[0]):,} test; classes {self.classes}; {type(tok).__name__} {tok.vocab_size:,}")
         say(f"model {cfg.init_from or cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} "
             f"updates of {cfg.batch_size} texts")
         self.report = report
@@ -216,17 +265,19 @@ class TextClassification(Recipe):
 
 
 def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None = None,
-                    quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer, list[str]]:
-    """``(model, tokenizer, class names)`` of a textclass run, ready (:func:`aiayn.recipes.loading.ready`)."""
+                    quantize: str | None = None) -> tuple[BERT | GPT, Any, list[str]]:
+    """``(model, tokenizer, class names)`` of a textclass run (a BERT or a GPT classifier), ready
+    (:func:`aiayn.recipes.loading.ready`)."""
     import json
 
     run = Path(run)
     model = load_model(run, device, quantize)
-    if not isinstance(model, BERT) or model.classifier is None:
-        raise ValueError(f"{run} holds no BERT classifier; train one with `aiayn train textclass`")
+    if not ((isinstance(model, BERT) and model.classifier is not None)
+            or (isinstance(model, GPT) and model.score is not None)):
+        raise ValueError(f"{run} holds no BERT or GPT classifier; train one with `aiayn train textclass`")
     classes = json.loads((run / "classes.json").read_text()) if (run / "classes.json").is_file() else \
         [str(i) for i in range(model.cfg.num_labels)]
-    return model, WordPieceTokenizer.load(run / "tokenizer.json"), classes
+    return model, load_text_tokenizer(run / "tokenizer.json"), classes
 
 
 def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str | None = None, *,
@@ -253,12 +304,12 @@ def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str
         texts, labels = split(texts, labels, args["val_fraction"], args["test_fraction"],
                               args["split_seed"])[parts.index(split_name)]
     rows = encode(tok, texts, model.cfg.max_len)
-    return {**scores(predict(model, rows, cast(int, tok.pad_id)), torch.tensor(labels), classes),
+    return {**scores(predict(model, rows, pad_of(tok)), torch.tensor(labels), classes),
             "classes": classes, "n": len(rows)}
 
 
 @torch.no_grad()
-def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], texts: list[str],
+def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[str],
                    top: int = 1) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each text under a loaded classifier: one
     ``{"text", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images get them)."""
@@ -266,11 +317,12 @@ def classify_texts(model: BERT, tok: WordPieceTokenizer, classes: list[str], tex
         raise TypeError("texts must be a list of strings, got one string")
     if not 1 <= top <= len(classes):
         raise ValueError(f"top must be in [1, {len(classes)}], got {top}")
-    probs = predict(model, encode(tok, texts, model.cfg.max_len), cast(int, tok.pad_id)).softmax(-1)
+    probs = predict(model, encode(tok, texts, model.cfg.max_len), pad_of(tok)).softmax(-1)
     best = probs.topk(top, dim=-1)
     return [{"text": text, "top": [{"class": classes[i], "probability": p}
                                    for p, i in zip(values.tolist(), index.tolist())]}
             for text, values, index in zip(texts, best.values, best.indices)]
 
 
-__all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "scores", "text_scores"]
+__all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "load_text_tokenizer",
+           "scores", "text_scores"]
