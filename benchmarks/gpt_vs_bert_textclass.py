@@ -42,11 +42,10 @@ from typing import Any
 
 import torch
 from budget import parse_args, write_results
+from reviews_sentiment import reviews
 
 import aiayn
 from aiayn import recipes
-from aiayn.data.corpus import read_lines
-from aiayn.data.labelled import clean, read_labelled, split
 
 HERE = Path(__file__).parent
 QUICK = {"steps": 6, "pretrain_steps": 4, "lrs": [1e-3], "seeds": [0], "quick_texts": 200, "eval_every": 3}
@@ -92,16 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     t0, cpu0 = time.perf_counter(), time.process_time()
     work = Path(tempfile.mkdtemp(prefix="gpt-vs-bert-"))
-    data = Path(args.data)
-    if args.quick_texts:  # a small copy of the data, the same format
-        data = work / "data"
-        data.mkdir()
-        for file in sorted(Path(args.data).glob("*.txt.gz")):
-            lines = read_lines(file)[: args.quick_texts // 2]
-            (data / file.name.removesuffix(".gz")).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    texts, labels, classes = read_labelled(data)
-    texts, labels, report = clean(texts, labels)
-    train, val, test = split(texts, labels, 0.1, 0.1, seed=0)  # textclass's defaults, as reviews_sentiment.py
+    data, train, val, test, classes, report = reviews(Path(args.data), work, args.quick_texts)  # its split
     print(f"{report}; {len(train[0]):,} train, {len(val[0]):,} validation, {len(test[0]):,} test; {classes}",
           flush=True)
     model = {**MODEL, **QUICK_MODEL} if args.quick else MODEL

@@ -44,6 +44,23 @@ QUICK = {"steps": 10, "pretrain_steps": 10, "lrs": [1e-3], "seeds": [0], "quick_
 QUICK_MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64}
 
 
+def reviews(path: Path, work: Path, quick_texts: int | None = None) -> tuple[Path, Any, Any, Any, list[str], str]:
+    """The reviews folder (for ``--quick``, a copy of its first ``quick_texts`` reviews, half of each class, written
+    under ``work``), deduplicated and split as ``aiayn train textclass`` splits it by default: ``(data folder,
+    train, validation, test, class names, what cleaning dropped)``, each split ``(texts, labels)``."""
+    data = path
+    if quick_texts:  # a small copy of the data, the same format
+        data = work / "data"
+        data.mkdir()
+        for file in sorted(path.glob("*.txt.gz")):
+            lines = read_lines(file)[: quick_texts // 2]
+            (data / file.name.removesuffix(".gz")).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    texts, labels, classes = read_labelled(data)
+    texts, labels, report = clean(texts, labels)
+    train, val, test = split(texts, labels, 0.1, 0.1, seed=0)  # textclass's defaults
+    return data, train, val, test, classes, report
+
+
 def baseline(train, val, test, ngrams: list[int], cs: list[float]) -> dict[str, Any]:
     """(c): logistic regression on character n-gram counts (1 to n), n and C chosen on validation."""
     from sklearn.feature_extraction.text import CountVectorizer
@@ -85,16 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(p, argv, QUICK, "reviews-sentiment")
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="reviews-sentiment-"))
-    data = Path(args.data)
-    if args.quick_texts:  # a small copy of the data, the same format
-        data = work / "data"
-        data.mkdir()
-        for file in sorted(Path(args.data).glob("*.txt.gz")):
-            lines = read_lines(file)[: args.quick_texts // 2]
-            (data / file.name.removesuffix(".gz")).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    texts, labels, classes = read_labelled(data)
-    texts, labels, report = clean(texts, labels)
-    train, val, test = split(texts, labels, 0.1, 0.1, seed=0)  # textclass's defaults
+    data, train, val, test, classes, report = reviews(Path(args.data), work, args.quick_texts)
     print(f"{report}; {len(train[0]):,} train, {len(val[0]):,} validation, {len(test[0]):,} test; {classes}")
 
     t0 = time.perf_counter()
