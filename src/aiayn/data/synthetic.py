@@ -9,6 +9,14 @@ day wherever the format puts them, turn month names into numbers, pad days to tw
 
 Only unambiguous formats are used (never 03/05/2019, which is March in the US and May elsewhere).
 
+``ambiguous-dates``: a numeric date written day first, "DD.MM.YYYY", with the day and the month both drawn
+from 1..12, -> its ISO form. Each of the two small numbers could be either, so only their order tells the
+day from the month: a model that sees the source as a bag of tokens (a Transformer without positions) can
+do no better than chance on the pairs where they differ (11 in 12 of them):
+
+    "05.03.2019"  -> "2019-03-05"
+    "03.05.2019"  -> "2019-05-03"                      (the same three numbers, another date)
+
 ``copy``: random symbol strings copied unchanged, The Annotated Transformer's first example.
 """
 
@@ -54,12 +62,18 @@ def date_pair(rng: random.Random) -> tuple[str, str]:
     return text, d.isoformat()
 
 
+def ambiguous_date_pair(rng: random.Random) -> tuple[str, str]:
+    """One ("DD.MM.YYYY", ISO) pair, day first, with the day and the month both in 1..12."""
+    day, month, year = rng.randint(1, 12), rng.randint(1, 12), rng.randint(1900, 2099)
+    return f"{day:02d}.{month:02d}.{year}", f"{year}-{month:02d}-{day:02d}"
+
+
 def copy_pair(rng: random.Random, symbols: str = "abcdefghij", min_len: int = 4, max_len: int = 10) -> tuple[str, str]:
     s = "".join(rng.choice(symbols) for _ in range(rng.randint(min_len, max_len)))
     return s, s
 
 
-TASKS = {"dates": date_pair, "copy": copy_pair}
+TASKS = {"dates": date_pair, "copy": copy_pair, "ambiguous-dates": ambiguous_date_pair}
 
 
 def make_pairs(task: str, n_train: int, n_test: int,

@@ -54,8 +54,8 @@ SCHEDULES = ("noam", "linear")
 @dataclass(frozen=True)
 class Config(RecipeConfig):
     recipe: ClassVar[str] = "translation"
-    data: list = setting(["dates"], "'dates' or 'copy' (made up here), 'multi30k' (with --data-dir), a TSV file "
-                                    "of pairs (Tatoeba's cmn.txt), or two aligned text files")
+    data: list = setting(["dates"], "'dates', 'ambiguous-dates' or 'copy' (made up here), 'multi30k' (with "
+                                    "--data-dir), a TSV file of pairs (Tatoeba's cmn.txt), or two aligned text files")
     data_dir: str | None = setting(None, "the folder of Multi30k's six .gz files (downloaded there when missing)")
     src_lang: str = setting("de", "source language (Multi30k; BLEU's tokenizer is 13a, or zh for Chinese targets)")
     tgt_lang: str = setting("en", "target language")
