@@ -78,8 +78,9 @@ def sized(switches: dict[str, Any], d_model: int = BASE["d_model"]) -> dict[str,
             return aiayn.count_parameters(aiayn.build(cfg))
 
     target = count({})
-    widths = range(8, 4 * BASE["d_ff"] + 1, 8)
-    d_ff = min(widths, key=lambda w: abs(count({**switches, "d_ff": w}) - target))
+    at8, at16 = count({**switches, "d_ff": 8}), count({**switches, "d_ff": 16})  # the count is linear in d_ff
+    best = 8 + 8 * round((target - at8) / (at16 - at8))
+    d_ff = min((best - 8, best, best + 8), key=lambda w: abs(count({**switches, "d_ff": w}) - target))
     return {**BASE, "d_model": d_model, **switches, "d_ff": d_ff}
 
 
