@@ -28,9 +28,14 @@ if TYPE_CHECKING:
 
 
 class CachingModel(Protocol):
-    """The one method :func:`stream` calls on a model besides ``nn.Module``'s own (for the type checker)."""
+    """What :func:`stream` calls on a model (a :class:`aiayn.models.GPT`), for the type checker."""
+
+    lm_head: nn.Module
 
     def new_cache(self, max_len: int) -> DecoderCache: ...
+
+    def features(self, ids: Tensor, attention_mask: Tensor | None = None,
+                 cache: DecoderCache | None = None) -> Tensor: ...
 
 
 def check_prompts(model: nn.Module, prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
@@ -114,13 +119,15 @@ def stream(
         ids[i, t - len(p) : t] = torch.as_tensor(list(p), dtype=torch.long)
         real[i, t - len(p) :] = True  # the prompt and everything generated after it
     padded = min(lengths) < t
-    cache = cast(CachingModel, model).new_cache(total) if use_cache else None
+    lm = cast(CachingModel, model)
+    cache = lm.new_cache(total) if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     try:
         for step in range(max_new_tokens):
             end = t + step  # positions filled so far
             begin = 0 if cache is None or step == 0 else end - 1
-            logits = model(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)[:, -1]
+            hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)
+            logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position only, not the prompt
             nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B,)
             if eos_id is not None:
                 nxt = nxt.masked_fill(done, eos_id)
