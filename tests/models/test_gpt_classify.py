@@ -133,13 +133,16 @@ def test_tldr_continues_the_prompt_drawing_from_the_two_most_likely_tokens(gpt2_
 
     p = aiayn.pipeline(gpt2_folder)
     tok, text = p.parts["tok"], "The cat sat on the mat. It was warm!"
-    calls = []  # (input ids, last logits) of every step: the sampler calls the model once per new token
-    hook = p.model.register_forward_hook(lambda m, args, kwargs, out: calls.append((args[0][0], out[0, -1])),
-                                         with_kwargs=True)
+    fed_ids, last_logits = [], []  # of every step: the sampler embeds the new ids once per new token
+    hooks = [p.model.embed.register_forward_hook(lambda m, args, out: fed_ids.append(args[0][0])),
+             p.model.lm_head.register_forward_hook(  # (B, V): the output layer reads the last position only
+                 lambda m, args, out: last_logits.append(out[0] if out.dim() == 2 else out[0, -1]))]
     try:
         out = tldr(p, text, max_new_tokens=30, sentences=None, seed=0)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
+    calls = list(zip(fed_ids, last_logits, strict=True))  # (input ids, logits of the last position)
     assert calls[0][0].tolist() == tok.encode(text + TLDR)  # the paper's prompt, then one token a call
     fed = [int(ids[0]) for ids, _ in calls[1:]]  # each drawn token is the next call's input
     ranks = [int((logits > logits[t]).sum()) for (_, logits), t in zip(calls, fed)]
