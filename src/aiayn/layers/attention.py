@@ -60,6 +60,33 @@ def _safe(mask: Tensor, ask: bool) -> tuple[Tensor, Tensor | None]:
     return mask | empty, empty
 
 
+def repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Grouped-query attention on an explicit path: each kv head of ``k``, ``v`` ``(B, Hkv, S, D)`` repeated for
+    its group of ``q``'s H heads (Hugging Face's ``repeat_kv``); unchanged when Hkv = H."""
+    if k.size(1) == q.size(1):
+        return k, v
+    group = q.size(1) // k.size(1)
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None,
+                   is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``(p, empty)``: the softmax over keys of ``scores`` ``(B, H, T, S)`` where ``mask`` allows (bool, ``True`` =
+    may attend; or a float tensor added to the scores; ``is_causal``: the causal mask, the queries being the last
+    T of S positions). Rows with nothing to attend to are let attend everywhere (no NaN) and returned as
+    ``empty`` (:func:`_safe`) for the caller to zero; ``None`` when there are none."""
+    if is_causal:
+        mask = causal_mask(scores.size(-2), scores.size(-1), device=scores.device)
+    empty = None
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            mask, empty = _safe(mask, ask=mask.device.type == "cpu")
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    return scores.softmax(dim=-1), empty
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -95,15 +122,9 @@ def scaled_dot_product_attention(
                                              enable_gqa=grouped)
         weights = None
     else:
-        if grouped:  # each kv head repeated for its group of query heads (Hugging Face's repeat_kv)
-            group = q.size(1) // k.size(1)
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        k, v = repeat_kv(q, k, v)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
-        if is_causal:
-            mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril(k.size(-2) - q.size(-2))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-        weights = scores.softmax(dim=-1)
+        weights, _ = masked_softmax(scores, mask, is_causal)  # mask is already safe: empty is known
         if empty is not None:
             weights = weights.masked_fill(empty, 0.0)
         out = F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v

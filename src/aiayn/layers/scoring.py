@@ -48,7 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers.attention import _safe
+from aiayn.layers.attention import masked_softmax, repeat_kv
+from aiayn.layers.masks import causal_mask
 
 SCORINGS = ("scaled_dot", "dot", "additive", "bilinear", "hard-argmax", "hard-sample")
 HARD = (None, "argmax", "sample")
@@ -115,14 +116,7 @@ def attend(scores: Tensor, v: Tensor, mask: Tensor | None = None, hard: str | No
     """
     if hard not in HARD:
         raise ValueError(f"hard={hard!r} must be one of {HARD}")
-    empty = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            mask, empty = _safe(mask, ask=mask.device.type == "cpu")
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    p = scores.softmax(dim=-1)  # (B, H, T, S)
+    p, empty = masked_softmax(scores, mask)  # (B, H, T, S); empty rows attend everywhere until zeroed below
     if hard is None:
         weights = p
         drop = F.dropout(p, dropout_p) if dropout_p > 0 else p
@@ -165,12 +159,9 @@ class Scorer(nn.Module):
         """``(out, weights)`` for ``q`` ``(B, H, T, D)``, ``k`` ``(B, H or Hkv, S, D)``, ``v`` ``(B, H or Hkv, S, Dv)``;
         ``mask`` and ``is_causal`` as :func:`aiayn.layers.scaled_dot_product_attention` takes them (kv heads
         fewer than query heads are repeated for their groups). Returns ``(B, H, T, Dv)`` and ``(B, H, T, S)``."""
-        if k.size(1) != q.size(1):  # grouped-query attention: each kv head for its group of query heads
-            group = q.size(1) // k.size(1)
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        k, v = repeat_kv(q, k, v)  # grouped-query attention: each kv head for its group of query heads
         if is_causal:
-            t, s = q.size(-2), k.size(-2)
-            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+            mask = causal_mask(q.size(-2), k.size(-2), device=q.device)
         hard = "argmax" if self.hard == "sample" and not self.training else self.hard
         return attend(self(q, k), v, mask, hard, dropout_p)
 
