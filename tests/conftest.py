@@ -9,6 +9,15 @@ import torch
 # starts); the GPU tests (`pytest -m gpu`) name their device.
 os.environ.setdefault("AIAYN_DEVICE", "cpu")
 
+# Under pytest-xdist (the README's `pytest -n auto`) the workers share the cores: each takes its share of torch
+# threads, and so do the commands it starts, instead of every worker running as many threads as there are cores
+# (threads that wait on each other's cores make a run several times slower).
+if (workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))) > 1:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    share = max(1, cores // workers)
+    torch.set_num_threads(share)
+    os.environ["OMP_NUM_THREADS"] = str(share)
+
 
 @pytest.fixture(autouse=True)
 def _seed():
