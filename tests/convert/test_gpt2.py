@@ -67,7 +67,7 @@ def test_greedy_generation_equals_generate_for_prompts_of_different_lengths():
 
 
 def test_batch_one_greedy_generation_through_onednn_products_equals_generate():
-    # one row by a matrix of at least ONEDNN_MIN weights takes oneDNN's inner product (aiayn.layers.linear)
+    # a product by a matrix of at least ONEDNN_MIN weights takes oneDNN's inner product (aiayn.layers.linear)
     from aiayn.layers.linear import ONEDNN_MIN
 
     hf = gpt2(vocab_size=2048, n_embd=512, n_inner=2048, n_layer=1, n_head=8, eos_token_id=0, bos_token_id=0)

@@ -20,28 +20,40 @@ def refuse(*args, **kwargs):
 # --- the switch
 
 
-def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(monkeypatch):
-    monkeypatch.setattr(fast, "linear_few_rows", refuse)
-    monkeypatch.setattr(fast, "feedforward_no_grad", refuse)
+@pytest.mark.parametrize("swap", [True, False])  # AVX2's products, and every other CPU's
+def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(swap, monkeypatch):
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
+    for trick in ("linear_few_rows", "linear_onednn", "feedforward_no_grad"):
+        monkeypatch.setattr(fast, trick, refuse)
     ff, x = FeedForward(8, 32), torch.randn(2, 3, 8)
+    few, large = (torch.randn(4, 8), torch.randn(fast.ONEDNN_MIN // 8, 8))  # few rows; a large matrix
     monkeypatch.setattr(fast, "ENABLED", False)
     with torch.no_grad():
         ff(x)
-    linear(x, torch.randn(4, 8))
+        linear(x, large)
+    linear(x, few)
     monkeypatch.setattr(fast, "ENABLED", True)
     with pytest.raises(AssertionError, match="fast path ran"), torch.no_grad():
         ff(x)
-    with pytest.raises(AssertionError, match="fast path ran"):
-        linear(x, torch.randn(4, 8))
+    with pytest.raises(AssertionError, match="fast path ran"), torch.no_grad():
+        linear(x[:, :1] if swap else x, large)  # oneDNN: one row on AVX2, any rows elsewhere
+    if swap:
+        with pytest.raises(AssertionError, match="fast path ran"):
+            linear(x, few)
+    else:
+        linear(x, few)  # F.linear: nothing to win on few rows by a small matrix
 
 
-def test_the_fast_linear_is_left_to_f_linear_where_it_does_not_suit():
+def test_the_fast_linear_is_left_to_f_linear_where_it_does_not_suit(monkeypatch):
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", True)
     w = torch.randn(4, 8)
     assert fast.linear_suits(torch.randn(3, 8), w)
     assert not fast.linear_suits(torch.randn(fast.FEW_ROWS + 1, 8), w)  # training-sized: F.linear
     assert not fast.linear_suits(torch.randn(0, 8), w)  # nothing to compute
     assert not fast.linear_suits(torch.randn(3, 8, dtype=torch.float64), w)  # F.linear's dtype error
     assert not fast.linear_suits(torch.randn(3, 8, device="meta"), w.to("meta"))  # not the CPU
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", False)
+    assert not fast.linear_suits(torch.randn(3, 8), w)  # not AVX2: F.linear is as fast
 
 
 # --- linear_few_rows == F.linear
@@ -64,18 +76,28 @@ def test_few_rows_product_equals_f_linear_values_and_gradients(shape, bias):
 
 
 @pytest.mark.skipif(not fast._ONEDNN, reason="PyTorch built without oneDNN's linear")
-def test_one_row_by_a_large_matrix_goes_to_onednn_only_without_gradients_and_equals_f_linear():
+@pytest.mark.parametrize("shape", [(1, 1, 1024), (3, 5, 1024), (300, 1024)])
+@pytest.mark.parametrize("swap", [True, False])
+def test_onednn_takes_large_matrices_without_gradients_and_equals_f_linear(shape, swap, monkeypatch):
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     torch.manual_seed(0)
-    x, w, b = torch.randn(1, 1, 1024), torch.randn(1024, 1024), torch.randn(1024)
-    assert fast._onednn_suits(x, w, b)  # so the product below is oneDNN's
+    x, w, b = torch.randn(*shape), torch.randn(1024, 1024), torch.randn(1024)
+    one_row = x.numel() == x.size(-1)
+    assert fast.onednn_suits(x, w, b) == (one_row or not swap)  # AVX2: one row only
     with torch.no_grad():  # outputs of size ~32 (sums of 1024 products): float rounding reaches 2e-5
-        torch.testing.assert_close(fast.linear_few_rows(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
-    assert not fast._onednn_suits(x, w.requires_grad_(), b)  # oneDNN's op has no backward
-    assert not fast._onednn_suits(x, torch.randn(768, 768), None)  # below ONEDNN_MIN: the BLAS
+        got = fast.linear_onednn(x, w, b)
+        assert got.shape == (*shape[:-1], 1024) and got.is_contiguous()
+        torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    assert not fast.onednn_suits(x, w.requires_grad_(), b)  # oneDNN's op has no backward
+    assert not fast.onednn_suits(x, torch.randn(768, 768), None)  # below ONEDNN_MIN: F.linear (or the swap)
+    assert not fast.onednn_suits(x.double(), w.detach().double(), None)  # float32 only
+    assert not fast.onednn_suits(x[:0], w.detach(), None)  # nothing to compute
 
 
-@pytest.mark.parametrize(("rows", "d"), [(3, 8), (1, 1024)])
-def test_linear_with_the_switch_on_equals_it_off(rows, d, monkeypatch):
+@pytest.mark.parametrize(("rows", "d"), [(3, 8), (1, 1024), (64, 1024)])
+@pytest.mark.parametrize("swap", [True, False])
+def test_linear_with_the_switch_on_equals_it_off(rows, d, swap, monkeypatch):
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     torch.manual_seed(0)
     layer, x = Linear(d, d), torch.randn(rows, d)
     with torch.no_grad():

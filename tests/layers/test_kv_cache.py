@@ -1,5 +1,6 @@
 """The preallocated key/value cache: appending and reordering rows, against plain concatenation."""
 
+import pytest
 import torch
 
 from aiayn.layers.kv_cache import KVCache
@@ -28,3 +29,29 @@ def test_a_reorder_that_changes_the_batch_size_makes_new_buffers():
     cache.reorder(torch.tensor([1, 1, 0]))
     assert cache.k.shape == (3, 1, 4, 1)
     assert torch.equal(cache.k[:, :, :3], k[[1, 1, 0]])
+
+
+def test_a_windowed_cache_keeps_what_a_new_position_can_see_in_order_and_at_most_twice_the_window():
+    torch.manual_seed(0)
+    window, cache, keys = 3, KVCache(max_len=40, window=3), []
+    for t in [2, 1, 1, 1, 1, 4, 1, 1, 9, 1, 1, 1, 1, 1, 1, 1]:  # steps, chunks, and a prompt longer than 2W
+        k = torch.randn(2, 1, t, 4)
+        first = cache.first_visible(t)
+        got_k, got_v = cache.append(k, -k)
+        keys.append(k)
+        every = torch.cat(keys, 2)  # (2, 1, positions so far, 4)
+        # what the new positions may still see is there: the W - 1 positions before the first new one
+        assert first <= max(0, every.size(2) - t - (window - 1))
+        assert torch.equal(got_k, every[:, :, first:]) and torch.equal(got_v, -every[:, :, first:])
+        assert cache.k.size(2) <= max(2 * window, window - 1 + 9)  # only the 9-position chunk grew it
+    assert cache.length == every.size(2) == 28 and cache.start > 0
+    cache.reorder(torch.tensor([1, 0]))  # beam search after a roll: the kept positions follow the rows
+    assert torch.equal(cache.k[:, :, : cache.length - cache.start], every[[1, 0], :, cache.start :])
+
+
+def test_without_a_window_nothing_is_dropped_and_max_len_is_enforced():
+    cache = KVCache(max_len=5)
+    cache.append(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
+    assert cache.first_visible(2) == 0 and cache.k.size(2) == 5
+    with pytest.raises(ValueError, match="holds 5 positions; cannot add 3 to 3"):
+        cache.append(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))

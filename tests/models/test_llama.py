@@ -123,3 +123,24 @@ def test_every_parameter_gets_a_gradient():
     ids = torch.randint(0, 256, (2, 9))
     model(ids).logsumexp(-1).mean().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_a_windowed_cache_rolls_and_generates_the_tokens_of_recomputing_with_a_fraction_of_the_memory():
+    from aiayn.decoding import sample
+    from aiayn.decoding.beam import beam_search_lm
+
+    model = tiny(attention_window=4)
+    prompt = torch.randint(3, 256, (2, 5))
+    with torch.no_grad():
+        cached = sample(model, prompt, 40, temperature=0)
+        recomputed = sample(model, prompt, 40, temperature=0, use_cache=False)
+        cache = model.new_cache(45)
+        model(prompt, cache=cache)
+        for _ in range(40):  # the cache a generation of 45 positions holds
+            model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
+        beams = beam_search_lm(model, prompt[:1], 12, beam=3)
+        beams_recomputed = beam_search_lm(model, prompt[:1], 12, beam=3, use_cache=False)
+    assert torch.equal(cached, recomputed)
+    assert all(layer.self_attn.k.size(2) == 8 for layer in cache)  # 2W positions, not 45
+    assert cache.length == 45 and cache[0].self_attn.start > 30
+    assert torch.equal(beams, beams_recomputed)

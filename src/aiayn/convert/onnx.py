@@ -105,6 +105,9 @@ class _Past(list):
     def length(self) -> Any:  # P, a symbolic size while tracing
         return self[0].k.size(2)
 
+    def first_visible(self, t: int) -> int:  # the graph's past is every position so far: nothing rolls
+        return 0
+
     def present(self) -> list[tuple[Tensor, Tensor]]:
         return [(layer.k, layer.v) for layer in self]
 

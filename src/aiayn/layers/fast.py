@@ -7,8 +7,10 @@ path to float rounding (``tests/layers/test_fast.py``, ``tests/models/test_swin.
 time and memory of a whole run is in ``docs/benchmarks.md``.
 
     trick                          stands in for                  buys
-    :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows (decoding): the BLAS used the fast way
-                                                                  round; one row: oneDNN streams the weights
+    :func:`linear_onednn`          ``F.linear`` (Linear)          no gradient, a large matrix: oneDNN's inner
+                                                                  product (one row on AVX2, any rows elsewhere)
+    :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows on AVX2 (decoding): the BLAS used the
+                                                                  fast way round
     :func:`feedforward_no_grad`    ``FeedForward.forward``        no gradient: no hidden layer the size of the
                                                                   whole batch, so no fresh pages on every call
     :func:`window_attention`       ``SwinBlock``'s roll,          roll and partition as one gather; windows a
@@ -37,9 +39,14 @@ if TYPE_CHECKING:
 
 ENABLED = True  # the one switch: False runs every layer's plain path
 
-FEW_ROWS = 256  # at most this many rows take the swapped product (CPU); more keep F.linear
-ONEDNN_MIN = 1 << 20  # from this many weights one row takes oneDNN's inner product (CPU, no gradient)
+FEW_ROWS = 256  # at most this many rows take the swapped product (CPU, AVX2); more keep F.linear
+ONEDNN_MIN = 1 << 20  # from this many weights a product needing no gradient takes oneDNN's (CPU)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+# Which product is fastest depends on the CPU's instructions, as measured (docs/benchmarks.md): on AVX2,
+# F.linear hands few rows to the BLAS the slow way round and (W x^T)^T is faster, and oneDNN wins for one row; on
+# AVX-512 F.linear is as fast as the swapped product, and oneDNN's inner product beats both for any number of
+# rows by a matrix of ONEDNN_MIN weights or more (1.1-1.9x; most for an output layer over a large vocabulary).
+SWAP_FEW_ROWS = torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
 IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
@@ -55,20 +62,42 @@ def needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _rows(x: Tensor) -> int:
+    return x.numel() // max(x.size(-1), 1)
+
+
+def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
+    """Whether :func:`linear_onednn` applies: a float32 CPU product by a matrix of at least ``ONEDNN_MIN``
+    weights that needs no gradient (oneDNN's op has no backward) and that autocast would not have run in a lower
+    precision; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number elsewhere."""
+    rows = _rows(x)
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and weight.numel() >= ONEDNN_MIN and (rows == 1 or (rows > 1 and not SWAP_FEW_ROWS))
+            and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
+
+
+def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` by oneDNN's inner product (:func:`onednn_suits`), which streams a large
+    matrix faster than the BLAS's product where it applies; shapes as :func:`aiayn.layers.linear.linear`'s
+    (``(..., K)`` by ``(O, K)`` gives a contiguous ``(..., O)``)."""
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.size(-1)), weight.contiguous(), bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
 def linear_suits(x: Tensor, weight: Tensor) -> bool:
-    """Whether :func:`linear_few_rows` applies: on the CPU, 1 to ``FEW_ROWS`` rows, ``x`` and ``weight`` of one
-    dtype (else autocast or an error is ``F.linear``'s to handle)."""
-    rows = x.numel() // max(x.size(-1), 1)
-    return x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
+    """Whether :func:`linear_few_rows` applies: on an AVX2 CPU (:data:`SWAP_FEW_ROWS`), 1 to ``FEW_ROWS`` rows,
+    ``x`` and ``weight`` of one dtype (else autocast or an error is ``F.linear``'s to handle)."""
+    rows = _rows(x)
+    return SWAP_FEW_ROWS and x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
 
 
 def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear(x, weight, bias)`` for the few rows of decoding, computed the way the CPU does it fastest.
+    """``F.linear(x, weight, bias)`` for the few rows of decoding, computed the way an AVX2 CPU's BLAS does it
+    fastest.
 
     ``F.linear`` hands ``x W^T`` to the BLAS with the large matrix as the transposed right operand, which for
-    few rows is far from the BLAS's best; ``(W x^T)^T`` is the same product, and faster below ``FEW_ROWS``
-    rows. One row by a matrix of at least ``ONEDNN_MIN`` weights, needing no gradient, goes to oneDNN's
-    inner product instead, which streams the weights faster than the BLAS's matrix-vector product.
+    few rows is far from the BLAS's best there; ``(W x^T)^T`` is the same product, and faster below ``FEW_ROWS``
+    rows.
 
     Args:
         x: ``(..., K)``, 1 to ``FEW_ROWS`` rows in all (:func:`linear_suits`).
@@ -78,20 +107,10 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     Returns:
         ``(..., O)``, contiguous as ``F.linear``'s (fused attention needs it).
     """
-    rows = x.numel() // x.size(-1)
-    if rows == 1 and _onednn_suits(x, weight, bias):
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(1, -1), weight.contiguous(), bias, "none", [], "")
-        return out.view(*x.shape[:-1], weight.size(0))
+    rows = _rows(x)
     flat = x.reshape(rows, x.size(-1)).t()  # (K, N)
     out = weight @ flat if bias is None else torch.addmm(bias[:, None], weight, flat)  # (O, N)
     return out.t().contiguous().view(*x.shape[:-1], weight.size(0))  # (..., O)
-
-
-def _onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
-    """A float32 product by a large matrix that needs no gradient (oneDNN's op has no backward) and that
-    autocast would not have run in a lower precision."""
-    return (_ONEDNN and weight.numel() >= ONEDNN_MIN and x.dtype == torch.float32
-            and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
 def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
@@ -167,9 +186,12 @@ __all__ = [
     "FEW_ROWS",
     "IN_PLACE",
     "ONEDNN_MIN",
+    "SWAP_FEW_ROWS",
     "feedforward_no_grad",
     "linear_few_rows",
+    "linear_onednn",
     "linear_suits",
     "needs_grad",
+    "onednn_suits",
     "window_attention",
 ]

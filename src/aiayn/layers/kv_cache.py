@@ -7,6 +7,13 @@ allocated once for the whole generation, so no tensor is concatenated per step:
               k_buf[:, :, t]   <- key of the new token     (written in place)
               k_buf[:, :, t+1:]   not yet used
 
+With a sliding window W (Mistral's ``attention_window``) no new position sees further back than W - 1
+positions, so the cache keeps only those (Mistral's rolling buffer): when the buffer is full, the last W - 1
+positions move to its front and the older ones are dropped, so it holds at most 2W positions however long the
+generation, and the keys stay in order (``start`` is the position at index 0; masks then cover positions
+``start`` onwards, :meth:`KVCache.first_visible`). A copy of W - 1 positions every W or so steps costs about one
+position's write per step.
+
 Cross-attention keys and values depend only on the encoder output, so they are projected once.
 Beam search reorders the batch rows with :meth:`DecoderCache.reorder`: only the filled positions are
 copied, into a second pair of buffers that then changes places with the first.
@@ -23,27 +30,49 @@ from torch import Tensor
 
 
 class KVCache:
-    """Preallocated ``(B, H, L, D)`` key and value buffers for one self-attention layer."""
+    """Preallocated ``(B, H, L, D)`` key and value buffers for one self-attention layer; with ``window``, a rolling
+    buffer of about ``2 * window`` positions instead of ``max_len``."""
 
-    def __init__(self, max_len: int) -> None:
-        self.max_len, self.length = max_len, 0
+    def __init__(self, max_len: int, window: int | None = None) -> None:
+        self.max_len, self.window = max_len, window
+        self.length = 0  # positions appended so far
+        self.start = 0  # the position held at index 0 of the buffers (> 0 once a window has rolled)
+        self.capacity = max_len if window is None else min(max_len, 2 * window)
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self._spare: tuple[Tensor, Tensor] | None = None  # what reorder writes into
 
+    def first_visible(self, t: int) -> int:
+        """The first position of the keys that the next :meth:`append` of ``t`` positions returns (0 unless a
+        window rolls): the masks of that step cover positions ``first_visible(t)`` to ``length + t - 1``."""
+        filled = self.length - self.start
+        if self.window is None or filled + t <= self.capacity:
+            return self.start
+        return self.length - min(filled, self.window - 1)  # all that a new position may still see
+
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``(B, H, t, D)`` new keys/values; return views of everything cached so far."""
-        b, h, t, d = k.shape
-        if self.k is None:
-            self.k = k.new_empty(b, h, self.max_len, d)
-            self.v = v.new_empty(b, h, self.max_len, v.size(-1))
-        assert self.v is not None  # set together with self.k
+        """Write ``(B, H, t, D)`` new keys/values; return views of everything cached from
+        :meth:`first_visible` on, in order."""
+        t = k.size(2)
         if self.length + t > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; cannot add {t} to {self.length}")
-        self.k[:, :, self.length : self.length + t] = k
-        self.v[:, :, self.length : self.length + t] = v
+        start = self.first_visible(t)
+        keep, frm = self.length - start, start - self.start  # positions kept, and where they are now
+        if self.k is None or self.v is None or keep + t > self.capacity:  # new buffers, large enough
+            self.capacity = max(self.capacity, keep + t)  # only a window's long prompt asks for more
+            new_k = k.new_empty(k.size(0), k.size(1), self.capacity, k.size(-1))
+            new_v = v.new_empty(v.size(0), v.size(1), self.capacity, v.size(-1))
+            if self.k is not None and self.v is not None:
+                new_k[:, :, :keep], new_v[:, :, :keep] = self.k[:, :, frm : frm + keep], self.v[:, :, frm : frm + keep]
+            self.k, self.v, self._spare = new_k, new_v, None
+        elif frm:  # the window rolls: the kept positions move to the front (the two ranges may overlap)
+            self.k[:, :, :keep] = self.k[:, :, frm : frm + keep].clone()
+            self.v[:, :, :keep] = self.v[:, :, frm : frm + keep].clone()
+        self.start = start
+        self.k[:, :, keep : keep + t] = k
+        self.v[:, :, keep : keep + t] = v
         self.length += t
-        return self.k[:, :, : self.length], self.v[:, :, : self.length]
+        return self.k[:, :, : keep + t], self.v[:, :, : keep + t]
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index``; copies the filled positions only."""
@@ -56,7 +85,7 @@ class KVCache:
         if self._spare is None:
             self._spare = (torch.empty_like(self.k), torch.empty_like(self.v))
         k, v = self._spare
-        n = self.length
+        n = self.length - self.start
         torch.index_select(self.k[:, :, :n], 0, index, out=k[:, :, :n])
         torch.index_select(self.v[:, :, :n], 0, index, out=v[:, :, :n])
         self._spare, self.k, self.v = (self.k, self.v), k, v
@@ -65,8 +94,8 @@ class KVCache:
 class LayerCache:
     """What one decoder layer keeps between steps: its self-attention cache and cross-attention k/v."""
 
-    def __init__(self, max_len: int) -> None:
-        self.self_attn = KVCache(max_len)
+    def __init__(self, max_len: int, window: int | None = None) -> None:
+        self.self_attn = KVCache(max_len, window)
         self.cross: tuple[Tensor, Tensor] | None = None
 
     def cross_kv(self, attn, memory: Tensor) -> tuple[Tensor, Tensor]:
@@ -81,14 +110,19 @@ class LayerCache:
 
 
 class DecoderCache(list):
-    """One :class:`LayerCache` per decoder layer; ``length`` is the number of positions decoded."""
+    """One :class:`LayerCache` per decoder layer; ``length`` is the number of positions decoded; ``window``: a
+    sliding window's rolling buffers."""
 
-    def __init__(self, n_layers: int, max_len: int) -> None:
-        super().__init__(LayerCache(max_len) for _ in range(n_layers))
+    def __init__(self, n_layers: int, max_len: int, window: int | None = None) -> None:
+        super().__init__(LayerCache(max_len, window) for _ in range(n_layers))
 
     @property
     def length(self) -> int:
         return self[0].self_attn.length
+
+    def first_visible(self, t: int) -> int:
+        """:meth:`KVCache.first_visible`, the same in every layer."""
+        return self[0].self_attn.first_visible(t)
 
     def reorder(self, index: Tensor, cross: bool = True) -> None:
         """Keep batch rows ``index`` (beam search: the beams that survive a step). ``cross=False`` leaves

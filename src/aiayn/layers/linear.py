@@ -1,8 +1,9 @@
 """``nn.Linear`` whose product takes the CPU fast path for the few rows of decoding.
 
 ``linear(x, W, b)`` is ``F.linear``: ``x W^T + b``. With :data:`aiayn.layers.fast.ENABLED` (the default), a
-CPU product of at most ``FEW_ROWS`` rows goes to :func:`aiayn.layers.fast.linear_few_rows` instead, which
-computes the same values the way the BLAS (or, for one row by a large matrix, oneDNN) does fastest.
+CPU product that needs no gradient by a matrix of at least ``ONEDNN_MIN`` weights goes to oneDNN's inner product
+(:func:`aiayn.layers.fast.linear_onednn`; on AVX2 one row only), and on AVX2 a product of at most ``FEW_ROWS``
+rows to :func:`aiayn.layers.fast.linear_few_rows`: the same values, computed the way the CPU does it fastest.
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out.
 """
@@ -27,8 +28,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     Returns:
         ``(..., O)``, contiguous.
     """
-    if fast.ENABLED and fast.linear_suits(x, weight):  # few rows on the CPU: the same product, faster
-        return fast.linear_few_rows(x, weight, bias)
+    if fast.ENABLED:  # on the CPU the same product, faster where one of these applies
+        if fast.onednn_suits(x, weight, bias):
+            return fast.linear_onednn(x, weight, bias)
+        if fast.linear_suits(x, weight):
+            return fast.linear_few_rows(x, weight, bias)
     return F.linear(x, weight, bias)  # x W^T + b
 
 

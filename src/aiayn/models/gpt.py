@@ -17,7 +17,8 @@ Llama (Touvron et al. 2023, section 2.2) is this model with five switches of the
     activation            "gelu_tanh"     "swiglu": gate and up projections, then the down projection
     n_kv_heads            None (= heads)  fewer key/value heads than query heads (grouped-query attention)
     bias                  True            False: no biases in the attention and feed-forward linears
-    attention_window      None            Mistral: each position sees only the last W positions
+    attention_window      None            Mistral: each position sees only the last W positions; the KV
+                                          cache then keeps about the last 2W (a rolling buffer)
 
 Fine-tuning for classification (Radford et al. 2018, section 3.2 and Figure 1) reads the final hidden state
 of the last token of each text (their extract token) into a linear layer; ``head="classification"`` adds that
@@ -231,6 +232,8 @@ class GPT(nn.Module):
         start = 0 if cache is None else cache.length
         t = ids.size(1)
         s = start + t
+        # the keys of this step start at position `first`: 0, unless a sliding window's cache has rolled
+        first = 0 if cache is None else cache.first_visible(t)
         position_ids = None
         if attention_mask is None:
             x = self.embed(ids, start=start)
@@ -250,11 +253,11 @@ class GPT(nn.Module):
             x = self.embed(ids, position_ids=position_ids)
             # SDPA takes a mask or is_causal, not both, so padding with T > 1 needs the full (B, 1, T, S) mask;
             # one new token may see every earlier position, so there it is the key-only padding mask.
-            keys = real[:, None, None, :]  # (B, 1, 1, S)
-            mask = keys if t == 1 else combine(keys, causal_mask(t, s, device=ids.device))  # (B, 1, T, S)
+            keys = real[:, None, None, first:]  # (B, 1, 1, S - first)
+            mask = keys if t == 1 else combine(keys, causal_mask(t, s - first, device=ids.device))  # (B, 1, T, S)
             is_causal = False
         if self.cfg.attention_window is not None:  # Mistral: the causal mask cut to the last W positions
-            window = causal_mask(t, s, device=ids.device, window=self.cfg.attention_window)  # (T, S)
+            window = causal_mask(t, s - first, device=ids.device, window=self.cfg.attention_window)  # (T, S)
             mask, is_causal = combine(mask, window), False
         rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
         return self.decoder(x, None, mask, None, is_causal, caches=cache, rotary=rotary)  # (B, T, C)
@@ -290,11 +293,12 @@ class GPT(nn.Module):
         return generate(self, input_ids, attention_mask, **kwargs)
 
     def new_cache(self, max_len: int) -> DecoderCache:
-        """An empty key/value cache for up to ``max_len`` positions (prompt and generated)."""
+        """An empty key/value cache for up to ``max_len`` positions (prompt and generated); with an
+        ``attention_window`` W, it keeps only about the last 2W of them (a rolling buffer)."""
         if max_len > self.cfg.max_len:
             kind = "rotary" if self.rotary is not None else "learned"
             raise ValueError(f"{max_len} positions exceed the model's {self.cfg.max_len} {kind} positions (max_len)")
-        return DecoderCache(len(self.decoder.layers), max_len)
+        return DecoderCache(len(self.decoder.layers), max_len, self.cfg.attention_window)
 
 
 __all__ = ["GPT", "HEADS", "PRESETS", "GPTConfig"]
