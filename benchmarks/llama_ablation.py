@@ -29,8 +29,10 @@ and backward of one training batch, the variants taken in turn for 7 rounds, the
 per token is what the model's cache holds in float32: 2 (k and v) x layers x kv heads x head dim x 4 bytes.
 
 ``--updates`` sets the budget: 1,500 updates by default (about 2.5 minutes a run on one quiet thread here, so that
-14 runs fit in a session); the full 15-minute budget of the GPT benchmark is ``--updates 11427``. Finished runs
-are kept in the results file and skipped, so a longer run can be done in pieces. Writes
+14 runs fit in a session); the full 15-minute budget of the GPT benchmark is ``--updates 11427`` (about 21
+minutes a run on one quiet thread). Finished runs
+are kept in the results file and skipped, and a run stopped part-way goes on from its last saved state (every 500
+updates; the run folders are kept in ``--work``), so a longer run can be done in pieces. Writes
 ``<out>/llama_ablation.json`` and ``<out>/llama_ablation.png``.
 """
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=7, help="speed: rounds of every variant in turn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--fresh", action="store_true", help="forget finished runs in the results file")
+    p.add_argument("--work", default=None, help="the runs' folders (default <temp>/aiayn-llama-ablation-<updates>; "
+                                                "--quick: a new one): a run stopped part-way resumes there")
     p.add_argument("--quick-chars", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(p, argv, QUICK, "llama-ablation")
     torch.set_num_threads(args.threads)
@@ -152,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
         old = {}  # runs of another budget are not comparable
     text = Path(args.data).read_text(encoding="utf-8")[: args.quick_chars]
     test_at, val_at = int(len(text) * 0.85), int(len(text) * 0.9)  # train | test | validation
-    work = Path(tempfile.mkdtemp(prefix="llama-ablation"))
+    work = Path(args.work or (tempfile.mkdtemp(prefix="llama-ablation") if args.quick else
+                              Path(tempfile.gettempdir()) / f"aiayn-llama-ablation-{args.updates}"))
+    work.mkdir(parents=True, exist_ok=True)
     files = {part: work / f"{part}.txt" for part in ("train", "test", "validation")}
     for part, piece in zip(files, (text[:test_at], text[test_at:val_at], text[val_at:])):
         files[part].write_text(piece, encoding="utf-8")
@@ -174,7 +181,12 @@ def main(argv: list[str] | None = None) -> None:
                                  steps=args.updates, seed=seed, out=str(work), name=f"{name}-{seed}",
                                  model=model, eval_every=max(1, min(PRESET["eval_every"], args.updates // 6)),
                                  **({"block": 32, "warmup": 5} if args.quick else {}))
-            done = recipes.train(cfg, progress=False, verbose=False)
+            folder = work / f"{name}-{seed}"
+            if (folder / "train_state.safetensors").is_file():  # stopped part-way: on from its last saved state
+                done = recipes.resume(folder, progress=False, verbose=False)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)  # stopped before its first save
+                done = recipes.train(cfg, progress=False, verbose=False)
             history = done["history"]
             run = {"val_loss": round(perplexity(done["run"], files["validation"])["loss"], 4),
                    "test_loss": round(perplexity(done["run"], files["test"])["loss"], 4),  # once, here

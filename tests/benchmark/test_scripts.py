@@ -281,3 +281,15 @@ def test_llama_ablation_quick_matches_sizes_and_halves_the_cache_with_grouped_he
     assert llama["kv_bytes_per_token"] * 2 == gpt2["kv_bytes_per_token"]  # 2 kv heads of 4
     assert all(math.isfinite(r["test_loss"]) for v in (gpt2, llama) for r in v["runs"].values())
     assert (tmp_path / "out" / "llama_ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_llama_ablation_takes_up_a_run_it_finds_in_its_work_folder(tmp_path):
+    # a run with a training state in --work goes on from it (recipes.resume, tested to give the weights of a run
+    # never stopped) instead of starting again; here the state is the run's last, so the numbers are its own
+    data = needs_data("tinyshakespeare", "input.txt")
+    args = ("--quick", "--data", data, "--variants", "gpt2", "--rounds", "1", "--work", tmp_path / "work")
+    runs = []
+    for out in ("a", "b"):  # b's results file is empty: only the work folder knows the run
+        run_script("llama_ablation", *args, "--out", tmp_path / out, cwd=tmp_path)
+        runs.append(json.loads((tmp_path / out / "llama_ablation.json").read_text())["variants"]["gpt2"]["runs"])
+    assert runs[0] == runs[1] and sorted(p.name for p in (tmp_path / "work").iterdir() if p.is_dir()) == ["gpt2-0"]
