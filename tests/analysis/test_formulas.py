@@ -46,6 +46,16 @@ def test_formulas_equal_flop_counter_measurement_part_by_part(name, size):
     assert measured.macs["attention scores"] > 0 and measured.macs["attention projections"] > 0
 
 
+@pytest.mark.parametrize("scoring", ["bilinear", "additive", "dot", "hard-argmax"])
+def test_formulas_count_the_encoder_decoder_scorers_weights_and_products(scoring):
+    model = aiayn.build("transformer-tiny", cross_scoring=scoring)
+    measured, formula = measure(model, seq_len=24, batch=2), counts(model.cfg, seq_len=24, batch=2)
+    assert measured.parameters == formula.parameters and measured.macs == formula.macs
+    plain = counts(aiayn.preset("transformer-tiny"), seq_len=24, batch=2)
+    extra = formula.parameters["attention"] - plain.parameters["attention"]
+    assert extra == {"bilinear": 2 * 128 * 32, "additive": 2 * (2 * 128 * 32 + 128)}.get(scoring, 0)  # 2 layers
+
+
 @pytest.mark.parametrize("name, size", [FAMILIES[i] for i in (2, 4, 6)], ids=["gpt", "bert", "swin"])
 def test_explicit_attention_path_counts_what_the_fused_kernel_is_credited_with(name, size):
     # On the CPU, F.scaled_dot_product_attention runs a kernel FlopCounterMode has no formula for; measure()

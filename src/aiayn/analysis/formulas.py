@@ -119,6 +119,20 @@ def attention(t: int, s: int, c: int, bias: bool = True, kv: int | None = None) 
                   {"attention projections": 2 * t * c * c + 2 * s * c * kv, "attention scores": 2 * t * s * c})
 
 
+def scorer(t: int, s: int, c: int, d: int, name: str) -> Counts:
+    """What an attention scoring function other than the scaled dot product adds (:mod:`aiayn.layers.scoring`),
+    per attention of ``t`` queries over ``s`` keys, width ``c`` in heads of ``d``: the bilinear ``q W k^T`` has a
+    D x D matrix per head (C D parameters) and turns each query by it (T C D multiply-adds); the additive
+    ``v^T tanh(W_q q + W_k k)`` has two and a vector (2 C D + C) and turns queries and keys (T C D + S C D). Its
+    ``v^T`` takes the place of ``q k^T`` in the scores, as the bilinear's second product does. Dot products and
+    hard attention add nothing."""
+    if name == "bilinear":
+        return Counts({"attention": c * d}, {"attention scores": t * c * d})
+    if name == "additive":
+        return Counts({"attention": 2 * c * d + c}, {"attention scores": (t + s) * c * d})
+    return NONE
+
+
 def feed_forward(t: int, c: int, f: int, bias: bool = True, gated: bool = False) -> Counts:
     """The position-wise feed-forward network on ``t`` positions: 2CF + F + C parameters, 2TCF multiply-adds.
 
@@ -176,9 +190,10 @@ def transformer(cfg: Any, src_len: int, tgt_len: int) -> Counts:
     Parameters: the token tables (one if ``share_embeddings``), learned position tables on each side
     (``max_len + positional_offset`` rows; sinusoidal ones have none), the embedding LayerNorms (BART), the
     layers, final LayerNorms when pre-norm, and the pre-softmax projection C V (only its bias when tied,
-    section 3.4). Multiply-adds: the encoder on S = ``src_len`` positions, the decoder on T = ``tgt_len``
-    attending to S, and the projection T C V. With V = 37,000 the base model's projection, C V = 18.9M per target
-    position, is nearly as much as its six decoder layers' weights, 6 (6C^2 + 2CF) = 22.0M.
+    section 3.4), and a ``cross_scoring`` scorer's own weights (:func:`scorer`). Multiply-adds: the encoder on
+    S = ``src_len`` positions, the decoder on T = ``tgt_len`` attending to S, and the projection T C V. With
+    V = 37,000 the base model's projection, C V = 18.9M per target position, is nearly as much as its six
+    decoder layers' weights, 6 (6C^2 + 2CF) = 22.0M.
     """
     c = cfg.d_model
     embed = table(cfg.src_vocab_size, c)
@@ -190,7 +205,8 @@ def transformer(cfg: Any, src_len: int, tgt_len: int) -> Counts:
         embed += layer_norm(c, 2)
     final = layer_norm(c, 2) if cfg.norm_first else NONE
     encoder = cfg.n_encoder_layers * encoder_layer(src_len, c, cfg.d_ff)
-    decoder = cfg.n_decoder_layers * decoder_layer(tgt_len, src_len, c, cfg.d_ff)
+    decoder = cfg.n_decoder_layers * (decoder_layer(tgt_len, src_len, c, cfg.d_ff)
+                                      + scorer(tgt_len, src_len, c, cfg.d_head, cfg.cross_scoring))
     head = linear(tgt_len, c, cfg.tgt_vocab_size, bias=cfg.output_bias, weight=not cfg.tie_output)
     return embed + encoder + decoder + final + head
 
@@ -485,5 +501,5 @@ def as_dict(c: Counts) -> dict[str, Any]:
 
 __all__ = ["DETR_IMAGE_SIZE", "MAC_PARTS", "PARAMETER_PARTS", "Counts", "as_dict", "attention", "bert", "conv",
            "conv1d", "counts", "decoder_layer", "default_size", "detr", "encoder_layer", "feed_forward", "gpt",
-           "layer_norm", "linear", "lstm", "resnet", "resnet_classifier", "restricted_attention", "swin", "table",
-           "transformer", "vit", "window_attention"]
+           "layer_norm", "linear", "lstm", "resnet", "resnet_classifier", "restricted_attention", "scorer", "swin",
+           "table", "transformer", "vit", "window_attention"]
