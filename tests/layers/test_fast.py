@@ -141,3 +141,22 @@ def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activ
     for a, b in zip(*results):
         torch.testing.assert_close(a, b)
     assert results[0][1].abs().sum() > 0  # fc1.weight learns
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_under_torch_compile_the_products_are_left_to_the_compiler(swap, monkeypatch):
+    # the tricks are for eager PyTorch: inductor cannot lower oneDNN's op, and fuses products its own way
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
+    torch._dynamo.reset()
+    ops = []
+
+    def backend(graph, inputs):
+        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    layer = Linear(1024, 1024)
+    x = torch.randn(3, 1024)
+    with torch.no_grad():
+        got = torch.compile(layer, backend=backend)(x)
+        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
+    assert ops and not any("mkldnn" in op or "addmm" in op for op in ops), ops  # F.linear's own op only

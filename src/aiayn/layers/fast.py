@@ -66,12 +66,19 @@ def _rows(x: Tensor) -> int:
     return x.numel() // max(x.size(-1), 1)
 
 
+def _compiling() -> bool:
+    """Under ``torch.compile`` the products are left to the compiler: the tricks are for eager PyTorch (and
+    inductor cannot lower oneDNN's op)."""
+    return torch.compiler.is_compiling()
+
+
 def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
     """Whether :func:`linear_onednn` applies: a float32 CPU product by a matrix of at least ``ONEDNN_MIN``
-    weights that needs no gradient (oneDNN's op has no backward) and that autocast would not have run in a lower
-    precision; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number elsewhere."""
+    weights that needs no gradient (oneDNN's op has no backward), that autocast would not have run in a lower
+    precision and that ``torch.compile`` is not compiling; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number
+    elsewhere."""
     rows = _rows(x)
-    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and not _compiling()
             and weight.numel() >= ONEDNN_MIN and (rows == 1 or (rows > 1 and not SWAP_FEW_ROWS))
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
@@ -86,9 +93,11 @@ def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
 
 def linear_suits(x: Tensor, weight: Tensor) -> bool:
     """Whether :func:`linear_few_rows` applies: on an AVX2 CPU (:data:`SWAP_FEW_ROWS`), 1 to ``FEW_ROWS`` rows,
-    ``x`` and ``weight`` of one dtype (else autocast or an error is ``F.linear``'s to handle)."""
+    ``x`` and ``weight`` of one dtype (else autocast or an error is ``F.linear``'s to handle), not under
+    ``torch.compile``."""
     rows = _rows(x)
-    return SWAP_FEW_ROWS and x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
+    return (SWAP_FEW_ROWS and x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
+            and not _compiling())
 
 
 def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
