@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -56,6 +57,22 @@ def kernels(rows: int, k: int, o: int) -> dict:
             "aten._weight_int8pack_mm": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scale) + b}
 
 
+def median_times(calls: dict[str, Callable[[], object]], rounds: int, per_round: int) -> dict[str, float]:
+    """``name -> median microseconds per call`` of each of ``calls``: a warm-up call each, then ``rounds`` rounds
+    of ``per_round`` calls, the calls taking their rounds in turn (so that what else the machine does weighs on
+    all alike)."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for f in calls.values():
+        f()
+    for _ in range(rounds):
+        for name, f in calls.items():
+            start = time.perf_counter()
+            for _ in range(per_round):
+                f()
+            times[name].append((time.perf_counter() - start) / per_round * 1e6)
+    return {name: round(statistics.median(t), 1) for name, t in times.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
@@ -69,17 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or quick_out or ROOT / "benchmarks" / "results"
     rows = []
     for n, k, o in QUICK_SIZES if args.quick else SIZES:
-        calls = kernels(n, k, o)
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for f in calls.values():  # warm-up
-            f()
-        for _ in range(args.rounds):
-            for name, f in calls.items():
-                start = time.perf_counter()
-                for _ in range(args.calls):
-                    f()
-                times[name].append((time.perf_counter() - start) / args.calls * 1e6)
-        row = {"rows": n, "in": k, "out": o, **{name: round(statistics.median(t), 1) for name, t in times.items()}}
+        row = {"rows": n, "in": k, "out": o, **median_times(kernels(n, k, o), args.rounds, args.calls)}
         print("  ".join(f"{key} {value}" for key, value in row.items()))
         rows.append(row)
     write_results(out, "int8_kernels", {"name": "int8_kernels", "quick": args.quick, "unit": "microseconds, median",

@@ -271,6 +271,15 @@ def test_int8_kernels_quick(tmp_path):
     assert all(v > 0 for row in result["products"] for k, v in row.items() if k not in ("rows", "in", "out"))
 
 
+def test_linear_kernels_quick(tmp_path):
+    run_script("linear_kernels", "--quick", "--rounds", 1, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "linear_kernels.json").read_text())
+    assert result["quick"] and len(result["products"]) == 2 and result["machine"]["cpu_capability"]
+    for row in result["products"]:
+        assert row["F.linear"] > 0 and row["swapped"] > 0
+        assert row["F.linear / swapped"] == pytest.approx(row["F.linear"] / row["swapped"], abs=0.01)
+
+
 def test_llama_ablation_quick_matches_sizes_and_halves_the_cache_with_grouped_heads(tmp_path):
     data = needs_data("tinyshakespeare", "input.txt")
     run_script("llama_ablation", "--quick", "--data", data, "--out", tmp_path / "out", cwd=tmp_path)
