@@ -32,13 +32,21 @@ per token is what the model's cache holds in float32: 2 (k and v) x layers x kv 
 14 runs fit in a session); the full 15-minute budget of the GPT benchmark is ``--updates 11427`` (about 21
 minutes a run on one quiet thread). Finished runs
 are kept in the results file and skipped, and a run stopped part-way goes on from its last saved state (every 500
-updates; the run folders are kept in ``--work``), so a longer run can be done in pieces. Writes
-``<out>/llama_ablation.json`` and ``<out>/llama_ablation.png``.
+updates; the run folders are kept in ``--work``), so a longer run can be done in pieces. The runs can also be
+shared out among processes that write one results file, one per core, each merging its runs into the file under a
+lock; a last invocation with every variant then only measures the speeds and draws the plot:
+
+    python benchmarks/llama_ablation.py --updates 11427 --seeds 0 &
+    python benchmarks/llama_ablation.py --updates 11427 --seeds 1 &
+    wait; python benchmarks/llama_ablation.py --updates 11427
+
+Writes ``<out>/llama_ablation.json`` and ``<out>/llama_ablation.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import shutil
@@ -51,9 +59,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from budget import parse_args
+from filelock import FileLock
 
 import aiayn
 from aiayn import recipes
+from aiayn.io import write_json, write_text
 from aiayn.recipes.lm import perplexity
 
 HERE = Path(__file__).parent
@@ -90,6 +100,28 @@ def sized(switches: dict[str, Any], d_model: int = BASE["d_model"]) -> dict[str,
 def kv_bytes_per_token(model_cfg: Any) -> int:
     """float32 bytes the KV cache holds per token: k and v, every layer, every kv head."""
     return 2 * model_cfg.n_layers * model_cfg.kv_heads * (model_cfg.d_model // model_cfg.n_heads) * 4
+
+
+def saved(path: Path, variants: dict[str, Any], **results: Any) -> dict[str, Any]:
+    """Write the results file, first taking into ``variants`` the runs and variants it holds that ``variants``
+    lacks (written there by another process sharing the file), under a lock, with each variant's mean losses and
+    speed relative to gpt2; the merged ``variants``."""
+    lock = Path(tempfile.gettempdir()) / f"aiayn-{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]}.lock"
+    with FileLock(lock):
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        for name, theirs in (old.get("variants", {}) if old.get("updates") == results["updates"] else {}).items():
+            mine = variants.setdefault(name, theirs)
+            mine["runs"] = {**theirs["runs"], **mine["runs"]}
+        base = variants.get("gpt2", {})
+        for entry in variants.values():
+            runs = entry["runs"].values()
+            entry["test_loss_mean"] = round(statistics.mean(r["test_loss"] for r in runs), 4) if runs else None
+            entry["val_loss_mean"] = round(statistics.mean(r["val_loss"] for r in runs), 4) if runs else None
+            if "tokens_per_s" in entry and "tokens_per_s" in base:
+                entry["speed_vs_gpt2"] = round(entry["tokens_per_s"] / base["tokens_per_s"], 3)
+        write_json(path, {"name": "llama_ablation", **results,
+                          "variants": {n: variants[n] for n in VARIANTS if n in variants}})
+    return variants
 
 
 def speed(models: dict[str, torch.nn.Module], block: int, batch: int, rounds: int) -> dict[str, float]:
@@ -162,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     files = {part: work / f"{part}.txt" for part in ("train", "test", "validation")}
     for part, piece in zip(files, (text[:test_at], text[test_at:val_at], text[val_at:])):
-        files[part].write_text(piece, encoding="utf-8")
+        if not files[part].is_file() or files[part].read_text(encoding="utf-8") != piece:  # another process reads it
+            write_text(files[part], piece)
 
     d_model = 32 if args.quick else BASE["d_model"]
     variants: dict[str, Any] = old.get("variants", {})
@@ -194,29 +227,21 @@ def main(argv: list[str] | None = None) -> None:
             entry["runs"][str(seed)] = run
             print(f"{name:9s} seed {seed}: d_ff {model['d_ff']}, {entry['params']:,} parameters, validation "
                   f"{run['val_loss']:.4f}, test {run['test_loss']:.4f}, {run['train_minutes']} min", flush=True)
-            out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"name": "llama_ablation", "updates": args.updates, "variants": variants},
-                                       indent=2) + "\n")  # after every run: a stopped job keeps what it did
+            variants = saved(path, variants, updates=args.updates)  # after every run: a stopped job keeps it
 
     block = 32 if args.quick else PRESET["block"]
     for name, tps in speed(models, block, PRESET["batch_size"], args.rounds).items():
         variants[name]["tokens_per_s"] = round(tps)
-    base = variants.get("gpt2")
-    for entry in variants.values():
-        losses = [r["test_loss"] for r in entry["runs"].values()]
-        entry["test_loss_mean"] = round(statistics.mean(losses), 4)
-        entry["val_loss_mean"] = round(statistics.mean(r["val_loss"] for r in entry["runs"].values()), 4)
-        if base is not None and "tokens_per_s" in entry and "tokens_per_s" in base:
-            entry["speed_vs_gpt2"] = round(entry["tokens_per_s"] / base["tokens_per_s"], 3)
-    results = {"name": "llama_ablation", "updates": args.updates, "recipe": "shakespeare-char",
-               "split": {"train": [0, test_at], "test": [test_at, val_at], "validation": [val_at, len(text)]},
-               "variants": {n: variants[n] for n in VARIANTS if n in variants},
-               "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
-                           "torch": torch.__version__}}
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    saved(path, variants, updates=args.updates, recipe="shakespeare-char",
+          split={"train": [0, test_at], "test": [test_at, val_at], "validation": [val_at, len(text)]},
+          machine={"cpu": platform.processor() or platform.machine(), "threads": args.threads,
+                   "torch": torch.__version__})
+    results = json.loads(path.read_text())
     print(f"wrote {path}")
-    if "gpt2" in results["variants"]:
+    if "gpt2" in results["variants"] and all("tokens_per_s" in e for e in results["variants"].values()):
         plot(results, out / "llama_ablation.png")
+    else:
+        print("no plot: it needs gpt2 and every variant's speed (run again with every variant)")
     for name, e in results["variants"].items():
         print(f"{name:9s} {e['params']:>9,} params  test {e['test_loss_mean']:.4f}  val {e['val_loss_mean']:.4f}  "
               f"{e.get('tokens_per_s', 0):>7,} tok/s  {e['kv_bytes_per_token']:,} KV bytes/token")

@@ -302,3 +302,21 @@ def test_llama_ablation_takes_up_a_run_it_finds_in_its_work_folder(tmp_path):
         run_script("llama_ablation", *args, "--out", tmp_path / out, cwd=tmp_path)
         runs.append(json.loads((tmp_path / out / "llama_ablation.json").read_text())["variants"]["gpt2"]["runs"])
     assert runs[0] == runs[1] and sorted(p.name for p in (tmp_path / "work").iterdir() if p.is_dir()) == ["gpt2-0"]
+
+
+def test_llama_ablation_processes_sharing_a_results_file_keep_each_others_runs(tmp_path):
+    # two processes started together (one per seed) both find the results file empty; each must merge its runs
+    # into what the other wrote meanwhile, not overwrite it with its own view
+    data = needs_data("tinyshakespeare", "input.txt")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    jobs = [subprocess.Popen([sys.executable, str(SCRIPTS / "llama_ablation.py"), "--quick", "--data", str(data),
+                              "--rounds", "1", "--out", str(tmp_path / "out"), "--seeds", seed, "--variants", *names],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for seed, names in (("0", ["gpt2"]), ("1", ["gpt2", "llama"]))]
+    for job in jobs:
+        out, _ = job.communicate(timeout=240)
+        assert job.returncode == 0, out[-3000:]
+    variants = json.loads((tmp_path / "out" / "llama_ablation.json").read_text())["variants"]
+    assert sorted(variants["gpt2"]["runs"]) == ["0", "1"] and sorted(variants["llama"]["runs"]) == ["1"]
+    runs = variants["gpt2"]["runs"].values()
+    assert variants["gpt2"]["test_loss_mean"] == pytest.approx(sum(r["test_loss"] for r in runs) / 2, abs=1e-4)
