@@ -167,6 +167,19 @@ def plot(results: dict[str, Any], path: Path) -> None:
     save(fig, path)
 
 
+def table(results: dict[str, Any]) -> str:
+    """The README's table: one row a variant, test loss as the mean and each seed's."""
+    seeds = sorted({s for e in results["variants"].values() for s in e["runs"]}, key=int)
+    rows = ["| block | d_ff | parameters | validation loss | test loss (seeds " + ", ".join(seeds) + ") | training "
+            "tokens/s | KV cache bytes / token |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, e in results["variants"].items():
+        each = ", ".join(f"{e['runs'][s]['test_loss']:.3f}" if s in e["runs"] else "-" for s in seeds)
+        tps = f"{e['tokens_per_s']:,} ({e['speed_vs_gpt2']:.2f}x)" if "speed_vs_gpt2" in e else "-"
+        rows.append(f"| {name} | {e['model']['d_ff']} | {e['params']:,} | {e['val_loss_mean']:.3f} | "
+                    f"{e['test_loss_mean']:.3f} ({each}) | {tps} | {e['kv_bytes_per_token']:,} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"))
@@ -242,9 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         plot(results, out / "llama_ablation.png")
     else:
         print("no plot: it needs gpt2 and every variant's speed (run again with every variant)")
-    for name, e in results["variants"].items():
-        print(f"{name:9s} {e['params']:>9,} params  test {e['test_loss_mean']:.4f}  val {e['val_loss_mean']:.4f}  "
-              f"{e.get('tokens_per_s', 0):>7,} tok/s  {e['kv_bytes_per_token']:,} KV bytes/token")
+    print(table(results))
 
 
 if __name__ == "__main__":
