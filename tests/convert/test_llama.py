@@ -122,6 +122,10 @@ EXPORTS = {
     "tied-llama3-rope": {"tie_output": True, "rope_theta": 500000.0, "rope_scaling": LLAMA3},
     "multi-query-bias": {"n_kv_heads": 1, "bias": True},
     "mistral-window": {"attention_window": 5},
+    "not-grouped": {"n_kv_heads": None},  # exported as 4 kv heads, read back as not grouped
+    # the old "type" key: transformers reads "rope_type" first, so it must be written so or run unscaled
+    "llama3-old-key": {"rope_theta": 500000.0, "rope_scaling": {"type" if k == "rope_type" else k: v
+                                                                for k, v in LLAMA3.items()}},
 }
 
 
@@ -167,5 +171,6 @@ def test_export_refuses_what_llama_cannot_express_and_leaves_gpt2_to_gpt2(tmp_pa
         with pytest.raises(ValueError, match=field):
             to_hf(GPT(GPTConfig(**{**OURS, **overrides})), tmp_path)
     gpt2 = GPTConfig(vocab_size=97, max_len=64, d_model=48, n_heads=4, n_layers=2, d_ff=80, eos_id=96)
-    to_hf(GPT(gpt2), tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "gpt2"
+    for kv in (None, 4):  # as many kv heads as heads is not grouped: still a GPT-2
+        to_hf(GPT(GPTConfig(**{**gpt2.__dict__, "n_kv_heads": kv})), tmp_path)
+        assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "gpt2"

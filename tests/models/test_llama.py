@@ -10,6 +10,7 @@ import torch
 import aiayn
 from aiayn.analysis import counts, parameter_table
 from aiayn.layers import RotaryEmbedding, apply_rotary, causal_mask
+from aiayn.layers.kv_cache import KVCache
 from aiayn.layers.positional import rope_frequencies
 
 
@@ -63,14 +64,15 @@ def test_cached_steps_equal_a_full_recompute_with_left_padding(window):
 def test_sliding_window_sees_only_the_last_w_positions():
     m = causal_mask(2, 5, window=3)  # queries at absolute positions 3 and 4
     assert m.tolist() == [[False, True, True, True, False], [False, False, True, True, True]]
-    model = tiny(attention_window=3)
     ids = torch.randint(0, 256, (1, 10))
     changed = ids.clone()
-    changed[0, 2] = (ids[0, 2] + 1) % 256
+    changed[0, 0] = (ids[0, 0] + 1) % 256
     with torch.no_grad():
-        a, b = model(ids), model(changed)
-    # one layer reaches back 2 positions, four layers 8: position 2 reaches 2..10 but not 0..1
-    assert torch.equal(a[0, :2], b[0, :2]) and not torch.allclose(a[0, 2:], b[0, 2:])
+        a, b = (tiny(attention_window=3)(x) for x in (ids, changed))
+        full = [tiny()(x) for x in (ids, changed)]
+    # one layer reaches back 2 positions, four layers 8: position 8 still sees token 0, position 9 no longer does
+    assert tiny().cfg.n_layers == 4 and not torch.allclose(a[0, 8], b[0, 8]) and torch.equal(a[0, 9], b[0, 9])
+    assert not torch.allclose(full[0][0, 9], full[1][0, 9])  # without the window it does
 
 
 def test_rope_scores_depend_only_on_the_offset():
@@ -106,9 +108,42 @@ def test_bad_switches_are_refused_with_their_names():
                              ({"positional": "alibi"}, "positional='alibi'"),
                              ({"attention_window": 0}, "attention_window=0"),
                              ({"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling="),
-                             ({"positional": "learned", "rope_scaling": {"rope_type": "llama3"}}, "needs positional")]:
+                             ({"positional": "learned", "rope_scaling": {"rope_type": "llama3"}}, "needs positional"),
+                             ({"d_model": 28}, "head dim d_model / n_heads = 28 / 4 = 7 must be even"),
+                             ({"rope_scaling": {"rope_type": "llama3", "factor": 8}}, "needs 'low_freq_factor'"),
+                             ({"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4,
+                                                "high_freq_factor": 1, "original_max_position_embeddings": 64}},
+                              "low_freq_factor < high_freq_factor"),
+                             ({"rope_scaling": {"rope_type": "llama3", "factor": "8x", "low_freq_factor": 1,
+                                                "high_freq_factor": 4, "original_max_position_embeddings": 64}},
+                              "must be numbers")]:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
             dataclasses.replace(cfg, **changes)
+    with pytest.raises(ValueError, match=r"ids must have shape \(batch, length\), got \(5,\)"):
+        tiny()(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="window=0 must be positive"):
+        KVCache(8, window=0)
+
+
+def test_as_many_kv_heads_as_heads_is_not_grouped_and_compares_equal():
+    cfg = aiayn.preset("llama-tiny")
+    assert dataclasses.replace(cfg, n_kv_heads=4) == dataclasses.replace(cfg, n_kv_heads=None)
+    assert dataclasses.replace(cfg, n_kv_heads=4).kv_heads == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_llama_runs_in_its_dtype_with_float32_angles(dtype):
+    # cos and sin follow the queries' dtype (a float32 query beside bfloat16 values made SDPA refuse), and the
+    # frequencies stay float32 through .to(dtype): rounded to bfloat16 they would turn late positions wrongly
+    model, ids = tiny(max_len=512), torch.randint(0, 256, (2, 300))
+    with torch.no_grad():
+        ref = model(ids)
+        low = model.to(dtype)
+        assert low.rotary.inv_freq.dtype == torch.float32
+        torch.testing.assert_close(low.rotary.inv_freq, tiny(max_len=512).rotary.inv_freq, atol=0, rtol=0)
+        out = low(ids)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref, atol=0.1, rtol=0.05)
 
 
 def test_a_llama_config_is_refused_by_the_gpt2_export():

@@ -34,6 +34,8 @@ class KVCache:
     buffer of about ``2 * window`` positions instead of ``max_len``."""
 
     def __init__(self, max_len: int, window: int | None = None) -> None:
+        if window is not None and not window > 0:
+            raise ValueError(f"window={window!r} must be positive (the positions a new one sees) or None")
         self.max_len, self.window = max_len, window
         self.length = 0  # positions appended so far
         self.start = 0  # the position held at index 0 of the buffers (> 0 once a window has rolled)

@@ -159,8 +159,17 @@ def rope_frequencies(head_dim: int, theta: float = 10000.0, scaling: dict | None
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind != "llama3":
         raise ValueError(f"rope_scaling rope_type={kind!r} is not supported; only 'llama3'")
-    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-    context = scaling["original_max_position_embeddings"]
+    try:
+        factor, low, high, context = (float(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor",
+                                                                   "original_max_position_embeddings"))
+    except KeyError as e:
+        raise ValueError(f"llama3 scaling needs {e.args[0]!r}") from None
+    except (TypeError, ValueError):
+        raise ValueError("llama3 scaling's factor, low_freq_factor, high_freq_factor and "
+                         "original_max_position_embeddings must be numbers") from None
+    if not (factor > 0 and context > 0 and 0 <= low < high):
+        raise ValueError(f"llama3 scaling needs factor > 0, original_max_position_embeddings > 0 and "
+                         f"0 <= low_freq_factor < high_freq_factor, got {factor}, {context}, {low}, {high}")
     wavelen = 2 * math.pi / inv_freq
     smooth = ((context / wavelen - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves, 1: short waves
     return (1 - smooth) * inv_freq / factor + smooth * inv_freq
@@ -175,9 +184,10 @@ def rotate_half(x: Tensor) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate ``x`` ``(B, H, T, D)`` by the angles of its positions: ``x cos + rotate_half(x) sin``.
 
-    ``cos`` and ``sin`` come from :class:`RotaryEmbedding`: ``(T, D)`` or ``(B, 1, T, D)``.
+    ``cos`` and ``sin`` come from :class:`RotaryEmbedding`: ``(T, D)`` or ``(B, 1, T, D)``, float32; they are
+    cast to ``x``'s dtype, so a bfloat16 model keeps bfloat16 queries and keys (as Hugging Face's Llama does).
     """
-    return x * cos + rotate_half(x) * sin
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -189,11 +199,22 @@ class RotaryEmbedding(nn.Module):
         scaling: Llama 3.1's frequency scaling (:func:`rope_frequencies`), or ``None``.
     """
 
-    inv_freq: Tensor  # a buffer
+    inv_freq: Tensor  # a buffer, float32 whatever the model's dtype (see _apply)
 
     def __init__(self, head_dim: int, theta: float = 10000.0, scaling: dict | None = None) -> None:
         super().__init__()
         self.register_buffer("inv_freq", rope_frequencies(head_dim, theta, scaling).float(), persistent=False)
+        self._frequencies = (head_dim, theta, scaling)
+
+    def _apply(self, fn, recurse=True):
+        """``model.half()`` or ``.to(torch.bfloat16)`` would round the frequencies, and the angles of late
+        positions with them (bfloat16 keeps 8 bits: position 4,000 would turn by a wrong angle); they stay float32
+        on whatever device ``fn`` moved them to."""
+        super()._apply(fn, recurse)
+        if self.inv_freq.is_floating_point() and self.inv_freq.dtype != torch.float32:
+            exact = rope_frequencies(*self._frequencies).float()
+            self.inv_freq = exact.to(self.inv_freq.device)
+        return self
 
     def forward(self, t: int, start: int = 0, position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(cos, sin)``, each ``(T, D)`` for positions ``start .. start + t - 1``, or ``(B, 1, T, D)`` for

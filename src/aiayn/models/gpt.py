@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.layers import NORMS, DecoderBlock, DecoderCache, Embedding, RotaryEmbedding, Stack, causal_mask, combine
+from aiayn.layers.embedding import check_ids
 from aiayn.layers.feedforward import ACTIVATIONS, GATED
 from aiayn.layers.linear import Linear
 from aiayn.layers.positional import rope_frequencies
@@ -107,16 +108,25 @@ class GPTConfig:
             check_positive(self, "n_kv_heads")
             if self.n_heads % self.n_kv_heads:
                 raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+            if self.n_kv_heads == self.n_heads:  # not grouped has one spelling, so equal models have equal configs
+                object.__setattr__(self, "n_kv_heads", None)
         if self.attention_window is not None:
             check_positive(self, "attention_window")
         if not self.rope_theta > 0:
             raise ValueError(f"rope_theta={self.rope_theta!r} must be positive")
+        if self.rope_scaling is not None and "type" in self.rope_scaling and "rope_type" not in self.rope_scaling:
+            # the old spelling of Hugging Face's key; one spelling, so an export says "rope_type" (which
+            # transformers reads first: a dict with only "type" would run there as no scaling at all)
+            object.__setattr__(self, "rope_scaling", {"rope_type" if k == "type" else k: v
+                                                      for k, v in self.rope_scaling.items()})
         if self.positional == "rope":
+            if (self.d_model // self.n_heads) % 2:
+                raise ValueError(f"positional='rope' turns pairs of dimensions, so the head dim d_model / n_heads = "
+                                 f"{self.d_model} / {self.n_heads} = {self.d_model // self.n_heads} must be even")
             try:
                 rope_frequencies(self.d_model // self.n_heads, self.rope_theta, self.rope_scaling)
             except (KeyError, ValueError) as e:
-                raise ValueError(f"rope_scaling={self.rope_scaling!r} (head dim {self.d_model // self.n_heads}): "
-                                 f"{e}") from None
+                raise ValueError(f"rope_scaling={self.rope_scaling!r}: {e}") from None
         elif self.rope_scaling is not None:
             raise ValueError(f"rope_scaling={self.rope_scaling!r} needs positional='rope', got {self.positional!r}")
 
@@ -229,6 +239,7 @@ class GPT(nn.Module):
         its flash kernel); with one, a bool mask (the memory-efficient kernel). A sliding window
         (``attention_window``) is always a ``(T, S)`` mask, combined with the padding.
         """
+        check_ids(ids, self.cfg.vocab_size, values=False)  # the shape, before it is read; the values in the embedding
         start = 0 if cache is None else cache.length
         t = ids.size(1)
         s = start + t
