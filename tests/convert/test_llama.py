@@ -95,6 +95,25 @@ def test_greedy_generate_equals_hugging_face_for_a_left_padded_batch(case):
     assert len({tuple(row[ids.size(1):]) for row in got.tolist()}) == 3  # the rows really differ
 
 
+@pytest.mark.parametrize("beams", [1, 3])
+def test_several_end_tokens_end_rows_where_hugging_face_ends_them(beams):
+    # Llama 3.1's chat models list three ends; generation stops at any of them. The two extra ends are tokens the
+    # model produces part-way through rows 0 and 2 when only 96 ends, so both rows must stop earlier.
+    ids, mask = padded(PROMPTS)
+    kwargs = {"max_new_tokens": 12, "do_sample": False, "num_beams": beams, "pad_token_id": 0}
+    free = hf_model().generate(ids, attention_mask=mask, eos_token_id=96, **kwargs)[:, ids.size(1):]
+    ends = [96, int(free[0, 4]), int(free[2, 6])]
+    hf = hf_model(eos_token_id=ends)
+    ours = aiayn.from_hf(hf)
+    assert ours.cfg.eos_id == 96 and ours.cfg.stop_ids == tuple(ends[1:])
+    expected = hf.generate(ids, attention_mask=mask, **kwargs)  # its generation config holds the three
+    got = ours.generate(ids, attention_mask=mask, **kwargs)
+    assert got.tolist() == expected.tolist()
+    new = got[:, ids.size(1):]
+    assert new.tolist() != free[:, : new.size(1)].tolist() or new.size(1) < free.size(1)  # the ends changed it
+    assert ours.generate(ids, attention_mask=mask, eos_token_id=ends, **kwargs).tolist() == expected.tolist()
+
+
 def test_unsupported_configs_and_bad_keys_are_named():
     from aiayn.convert import llama as conv
 
@@ -122,7 +141,8 @@ EXPORTS = {
     "tied-llama3-rope": {"tie_output": True, "rope_theta": 500000.0, "rope_scaling": LLAMA3},
     "multi-query-bias": {"n_kv_heads": 1, "bias": True},
     "mistral-window": {"attention_window": 5},
-    "not-grouped": {"n_kv_heads": None},  # exported as 4 kv heads, read back as not grouped
+    "not-grouped": {"n_kv_heads": None},
+    "chat-ends": {"stop_ids": (7, 9)},  # eos_token_id [96, 7, 9]  # exported as 4 kv heads, read back as not grouped
     # the old "type" key: transformers reads "rope_type" first, so it must be written so or run unscaled
     "llama3-old-key": {"rope_theta": 500000.0, "rope_scaling": {"type" if k == "rope_type" else k: v
                                                                 for k, v in LLAMA3.items()}},

@@ -56,3 +56,14 @@ def test_greedy_is_argmax_and_rows_stop_at_eos():
     assert stopped == [out[0, : first + 1].tolist()]
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         sample(m, prompt, 3, temperature=-1)
+
+
+def test_several_end_ids_stop_each_row_at_the_first_it_produces():
+    m = model()
+    prompts = [[5, 6, 7], [8, 9]]
+    free = sample(m, prompts, 8, temperature=0)
+    a, b = free[0][3 + 5], free[1][2 + 2]  # row 0's sixth new token, row 1's third: both rows end early
+    cut = [row[: next(i for i in range(len(p), len(row)) if row[i] in (a, b)) + 1] for row, p in zip(free, prompts)]
+    assert sample(m, prompts, 8, temperature=0, eos_id=[a, b]) == cut
+    tensor = sample(m, torch.tensor([[5, 6, 7]]), 8, temperature=0, eos_id=(a, b))
+    assert tensor[0, : len(cut[0])].tolist() == cut[0] and set(tensor[0, len(cut[0]):].tolist()) <= {a}

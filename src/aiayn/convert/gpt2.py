@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, linear, load_converted
+from aiayn.convert.common import Source, gpt_ends, hf_ends, linear, load_converted
 from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, refuse
 from aiayn.models.gpt import GPT, GPTConfig
 
@@ -48,13 +48,12 @@ def config(hf: dict[str, Any]) -> GPTConfig:
                          "must be true and scale_attn_by_inverse_layer_idx false")
     if hf["activation_function"] not in ACTIVATIONS:
         raise ValueError(f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}")
-    eos = hf.get("eos_token_id")
     return GPTConfig(
         vocab_size=hf["vocab_size"], max_len=hf["n_positions"], d_model=hf["n_embd"], n_heads=hf["n_head"],
         n_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * hf["n_embd"], dropout=hf["resid_pdrop"],
         attention_dropout=hf["attn_pdrop"], activation=ACTIVATIONS[hf["activation_function"]],
         layer_norm_eps=hf["layer_norm_epsilon"], tie_output=hf.get("tie_word_embeddings", True),
-        eos_id=hf["vocab_size"] - 1 if eos is None else eos, pad_id=hf.get("pad_token_id"),
+        pad_id=hf.get("pad_token_id"), **gpt_ends(hf),
     )
 
 
@@ -104,7 +103,7 @@ def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
         "n_inner": cfg.d_ff, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
         "attn_pdrop": cfg.attention_dropout, "activation_function": hf_activation(ACTIVATIONS, cfg.activation),
         "layer_norm_epsilon": cfg.layer_norm_eps, "tie_word_embeddings": cfg.tie_output,
-        "bos_token_id": cfg.eos_id, "eos_token_id": cfg.eos_id,
+        "bos_token_id": cfg.eos_id, "eos_token_id": hf_ends(cfg),
         "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
     }
     classify = cfg.head == "classification"

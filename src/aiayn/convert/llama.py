@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, fused, linear, load_converted
+from aiayn.convert.common import Source, fused, gpt_ends, hf_ends, linear, load_converted
 from aiayn.convert.to_hf import copy, our_weights, refuse
 from aiayn.models.gpt import GPT, GPTConfig
 
@@ -70,13 +70,11 @@ def config(hf: dict[str, Any]) -> GPTConfig:
     if attention_bias != mlp_bias:
         raise ValueError(f"attention_bias={attention_bias} and mlp_bias={mlp_bias} must agree (one bias switch)")
     theta, scaling = _rope(hf)
-    eos = hf.get("eos_token_id")
-    eos = eos[0] if isinstance(eos, list) else eos
     return GPTConfig(
         vocab_size=hf["vocab_size"], max_len=hf["max_position_embeddings"], d_model=d, n_heads=heads,
         n_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"], dropout=0.0,
         attention_dropout=hf.get("attention_dropout", 0.0), activation="swiglu", layer_norm_eps=hf["rms_norm_eps"],
-        tie_output=hf.get("tie_word_embeddings", False), eos_id=hf["vocab_size"] - 1 if eos is None else eos,
+        tie_output=hf.get("tie_word_embeddings", False), **gpt_ends(hf),
         positional="rope", rope_theta=theta, rope_scaling=scaling, norm="rmsnorm",
         n_kv_heads=hf.get("num_key_value_heads") or heads, bias=attention_bias,
         attention_window=hf.get("sliding_window") if hf.get("model_type") == "mistral" else None,
@@ -131,7 +129,7 @@ def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
         "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads, "num_hidden_layers": cfg.n_layers,
         "intermediate_size": cfg.d_ff, "head_dim": cfg.d_model // cfg.n_heads, "hidden_act": "silu",
         "rms_norm_eps": cfg.layer_norm_eps, "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_output, "eos_token_id": cfg.eos_id,
+        "tie_word_embeddings": cfg.tie_output, "eos_token_id": hf_ends(cfg),
         "rope_theta": cfg.rope_theta, "rope_scaling": scaling,
         "rope_parameters": {"rope_type": "default", **(scaling or {}), "rope_theta": cfg.rope_theta},
     }

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.decoding.greedy import EncoderDecoder, check_src
-from aiayn.decoding.sampling import CachingModel, check_prompts
+from aiayn.decoding.sampling import CachingModel, Ends, check_prompts, end_ids, ends
 from aiayn.layers.embedding import check_ids
 
 
@@ -64,7 +64,7 @@ def _search(
     batch: int,
     beam: int,
     first_id: int,
-    eos_id: int | None,
+    eos: tuple[int, ...],
     pad_id: int,
     max_len: int,
     length_penalty: float,
@@ -108,7 +108,7 @@ def _search(
         top_sum, top_idx = cand_sum.topk(min(2 * K, K * V), dim=1)  # (A, 2K) best first
         top_beam, top_tok = top_idx // V, top_idx % V  # (A, 2K)
         top_seq = torch.cat([_take(seqs.view(A, K, t), top_beam), top_tok[..., None]], dim=2)  # (A, 2K, t+1)
-        is_eos = top_tok == eos_id if eos_id is not None else torch.zeros_like(top_tok, dtype=torch.bool)
+        is_eos = ends(top_tok, eos)  # (A, 2K)
 
         # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
         # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
@@ -133,7 +133,7 @@ def _search(
         settle(done, fin_score, fin_sum, fin_seq)
         go = (~done).nonzero()[:, 0]  # (A',)
         if go.numel() == 0:
-            return _trim(out_ids, eos_id), out_sum
+            return _trim(out_ids, eos), out_sum
         active, live_sum, fin_score, fin_sum, fin_seq = (x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq))
         seqs = seqs.view(A, K, -1)[go].view(go.numel() * K, -1)
         reorder(rows[go].view(-1), True)
@@ -143,14 +143,14 @@ def _search(
     everyone = torch.ones(active.numel(), dtype=torch.bool, device=device)
     settle(everyone, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
            torch.cat([fin_seq, seqs.view(active.numel(), K, -1)[:, :, 1:]], dim=1))
-    return _trim(out_ids, eos_id), out_sum
+    return _trim(out_ids, eos), out_sum
 
 
-def _trim(ids: Tensor, eos_id: int | None) -> Tensor:
-    """``(B, L)`` ids without the columns that are padding in every row (after every row's ``eos_id``)."""
-    if eos_id is None:
+def _trim(ids: Tensor, eos: tuple[int, ...]) -> Tensor:
+    """``(B, L)`` ids without the columns that are padding in every row (after every row's end token)."""
+    if not eos:
         return ids
-    is_eos = (ids == eos_id).long()
+    is_eos = ends(ids, eos).long()
     ended = is_eos.cumsum(1) - is_eos > 0  # (B, L) after the row's </s>
     return ids[:, : int((~ended).sum(1).max())]
 
@@ -232,7 +232,7 @@ def beam_search(
         if fewer:
             memory, src_k = memory.index_select(0, rows), src_k.index_select(0, rows)
 
-    ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, cfg.eos_id, cfg.pad_id, max_len, length_penalty,
+    ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty,
                         penalty, early_stopping, cfg.pad_id, src.device)
     model.train(was_training)
     return (ids, sums) if return_scores else ids
@@ -245,7 +245,7 @@ def beam_search_lm(
     max_new_tokens: int,
     beam: int = 4,
     length_penalty: float = 1.0,
-    eos_id: int | None = None,
+    eos_id: Ends = None,
     attention_mask: Tensor | None = None,
     use_cache: bool = True,
     return_scores: bool = False,
@@ -260,9 +260,9 @@ def beam_search_lm(
     generated tokens only, ``eos_id`` included.
 
     Returns:
-        ``(B, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` and padded
-        with ``eos_id`` after it (``L <= max_new_tokens``); with ``return_scores`` also the summed
-        log-probabilities ``(B,)``.
+        ``(B, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` (or any of
+        several) and padded with ``eos_id`` (the first of several) after it (``L <= max_new_tokens``); with
+        ``return_scores`` also the summed log-probabilities ``(B,)``.
 
     Raises:
         ValueError: a bad ``beam``, ``normalize``, ``early_stopping`` or ``max_new_tokens``; a prompt or
@@ -305,8 +305,9 @@ def beam_search_lm(
             real = None if real is None else real.index_select(0, rows)
 
     first = int(prompt[0, -1])  # any id: the placeholder is never fed to the model
-    pad = eos_id if eos_id is not None else first
-    ids, sums = _search(step, reorder, B, K, first, eos_id, pad, max_new_tokens, length_penalty, penalty,
+    eos = end_ids(eos_id)
+    pad = eos[0] if eos else first
+    ids, sums = _search(step, reorder, B, K, first, eos, pad, max_new_tokens, length_penalty, penalty,
                         early_stopping, None, device)
     model.train(was_training)
     return (ids, sums) if return_scores else ids

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.beam import beam_search, beam_search_lm
 from aiayn.decoding.greedy import greedy
-from aiayn.decoding.sampling import sample, sample_seq2seq
+from aiayn.decoding.sampling import end_ids, ends, sample, sample_seq2seq
 from aiayn.layers.embedding import check_ids
 
 HF_NEW_TOKENS = 20  # what transformers generates when given no length
@@ -47,7 +47,7 @@ def generate(
     top_p: float = 1.0,
     length_penalty: float = 1.0,
     early_stopping: bool | str = False,
-    eos_token_id: int | None = None,
+    eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
     decoder_start_token_id: int | None = None,
     num_return_sequences: int = 1,
@@ -66,8 +66,9 @@ def generate(
         do_sample, temperature, top_k, top_p: draw each token (temperature first, then top-k, then top-p).
         num_beams, length_penalty, early_stopping: beam search (:func:`~aiayn.decoding.beam_search`).
         eos_token_id, decoder_start_token_id: must be the model's own (its config's); ``eos_token_id``
-            may be set for a language model whose config has another.
-        pad_token_id: what fills a row after its end.
+            may be set for a language model whose config has another, or a list of ids that each end a row
+            (a language model's default: its ``eos_id`` and ``stop_ids``, as Llama 3's chat models list three).
+        pad_token_id: what fills a row after its end (default: the first end token).
         generator: a seeded ``torch.Generator`` for sampling (not a ``transformers`` argument; without
             it, sampling draws from torch's global generator, as ``transformers`` does).
 
@@ -108,8 +109,10 @@ def generate(
     budget = _budget(max_new_tokens, max_length, input_ids.size(1))
     if max_new_tokens is None and max_length is None:  # the default stops at the last position, as transformers'
         budget = max(1, min(budget, cfg.max_len - input_ids.size(1)))
-    eos = cfg.eos_id if eos_token_id is None else eos_token_id
-    pad = eos if pad_token_id is None else pad_token_id
+    eos = end_ids((cfg.eos_id, *getattr(cfg, "stop_ids", ())) if eos_token_id is None else eos_token_id)
+    if not eos:
+        raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, or a list of at least one")
+    pad = eos[0] if pad_token_id is None else pad_token_id
     if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
         raise ValueError(f"attention_mask must be shaped as input_ids {tuple(input_ids.shape)}, got "
                          f"{tuple(attention_mask.shape)}")
@@ -134,7 +137,8 @@ def generate(
 
 def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | None, budget: int,
              sampling: dict[str, Any] | None, num_beams: int, length_penalty: float, early_stopping: bool | str,
-             eos_token_id: int | None, pad_token_id: int | None, start: int | None, use_cache: bool) -> Tensor:
+             eos_token_id: int | list[int] | None, pad_token_id: int | None, start: int | None,
+             use_cache: bool) -> Tensor:
     for name, given, own in (("eos_token_id", eos_token_id, cfg.eos_id), ("decoder_start_token_id", start,
                                                                             cfg.bos_id)):
         if given is not None and given != own:
@@ -152,7 +156,7 @@ def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | N
         ids = greedy(model, src, budget, use_cache)
     first = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
     pad = cfg.pad_id if pad_token_id is None else pad_token_id
-    return torch.cat([first, _pad_after(ids, cfg.eos_id, pad)], dim=1)
+    return torch.cat([first, _pad_after(ids, (cfg.eos_id,), pad)], dim=1)
 
 
 def _budget(max_new_tokens: int | None, max_length: int | None, counted: int) -> int:
@@ -170,11 +174,11 @@ def _budget(max_new_tokens: int | None, max_length: int | None, counted: int) ->
     return length - counted
 
 
-def _pad_after(ids: Tensor, eos: int | None, pad: int) -> Tensor:
-    """``(B, N)`` ids with every position after a row's first ``eos`` set to ``pad``."""
-    if eos is None:
+def _pad_after(ids: Tensor, eos: tuple[int, ...], pad: int) -> Tensor:
+    """``(B, N)`` ids with every position after a row's first end token (any of ``eos``) set to ``pad``."""
+    if not eos:
         return ids
-    is_eos = (ids == eos).long()
+    is_eos = ends(ids, eos).long()
     return ids.masked_fill(is_eos.cumsum(1) - is_eos > 0, pad)
 
 

@@ -27,6 +27,23 @@ if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
 
 
+Ends = int | Sequence[int] | None  # the token, or tokens, that end a row (Llama 3's chat models have three)
+
+
+def end_ids(eos: Ends) -> tuple[int, ...]:
+    """``eos`` as a tuple of ids: ``()`` for ``None``, ``(id,)`` for one id; the first is what pads a row."""
+    if eos is None:
+        return ()
+    return tuple(int(e) for e in eos) if isinstance(eos, Sequence) else (int(eos),)
+
+
+def ends(tokens: Tensor, eos: tuple[int, ...]) -> Tensor:
+    """Bool, shaped as ``tokens``: where a token is one of the end ids ``eos`` (none when ``eos`` is empty)."""
+    if len(eos) <= 1:
+        return tokens == eos[0] if eos else torch.zeros_like(tokens, dtype=torch.bool)
+    return torch.isin(tokens, torch.tensor(eos, device=tokens.device))
+
+
 class CachingModel(Protocol):
     """What :func:`stream` calls on a model (a :class:`aiayn.models.GPT`), for the type checker."""
 
@@ -95,11 +112,11 @@ def stream(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
-    eos_id: int | None = None,
+    eos_id: Ends = None,
     use_cache: bool = True,
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
-    every row has produced ``eos_id`` (a finished row keeps yielding ``eos_id``).
+    every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first).
 
     Raises (at the first ``next``):
         ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``.
@@ -122,6 +139,7 @@ def stream(
     lm = cast(CachingModel, model)
     cache = lm.new_cache(total) if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
+    eos = end_ids(eos_id)
     try:
         for step in range(max_new_tokens):
             end = t + step  # positions filled so far
@@ -129,9 +147,9 @@ def stream(
             hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)
             logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position only, not the prompt
             nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B,)
-            if eos_id is not None:
-                nxt = nxt.masked_fill(done, eos_id)
-                done |= nxt == eos_id
+            if eos:
+                nxt = nxt.masked_fill(done, eos[0])
+                done |= ends(nxt, eos)
             ids[:, end] = nxt
             yield nxt
             if bool(done.all()):
@@ -148,7 +166,7 @@ def sample(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
-    eos_id: int | None = None,
+    eos_id: Ends = None,
     use_cache: bool = True,
 ) -> Tensor | list[list[int]]:
     """The prompt followed by up to ``max_new_tokens`` generated tokens.
@@ -158,12 +176,12 @@ def sample(
         temperature: divides the logits; 0 is greedy decoding.
         top_k, top_p: keep only the ``top_k`` most likely tokens / the nucleus of mass ``top_p``.
         generator: a seeded ``torch.Generator`` makes sampling repeatable.
-        eos_id: stop a row when it produces this token (kept in the output).
+        eos_id: stop a row when it produces this token, or one of these tokens (kept in the output).
         use_cache: ``False`` recomputes every position each step (same result, slower).
 
     Returns:
-        ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``), or
-        one list per prompt, cut after its ``eos_id``.
+        ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``, the first of
+        several), or one list per prompt, cut after its end token.
 
     Raises:
         ValueError: an empty prompt, or an id outside ``model.cfg.vocab_size``, before any step.
@@ -177,9 +195,9 @@ def sample(
     if isinstance(prompt, Tensor):
         return torch.cat([prompt, torch.tensor(new, dtype=prompt.dtype, device=prompt.device)], dim=1)
     out = []
+    eos = set(end_ids(eos_id))
     for p, n in zip(rows, new):
-        if eos_id is not None and eos_id in n:
-            n = n[: n.index(eos_id) + 1]
+        n = n[: next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n))]
         out.append(p + n)
     return out
 

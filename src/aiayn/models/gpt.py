@@ -54,7 +54,8 @@ class GPTConfig:
     """Sizes of a decoder-only language model; defaults are GPT-2 small (124M).
 
     ``dropout`` is GPT-2's ``resid_pdrop`` and ``embd_pdrop``, ``attention_dropout`` its ``attn_pdrop``.
-    ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256).
+    ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256); ``stop_ids`` are other tokens that end it too
+    (Llama 3.1's chat models list three ends: ``eos_id`` 128001, then ``<|eom_id|>`` and ``<|eot_id|>``).
 
     Llama's switches (module docstring): ``positional="rope"`` with ``rope_theta`` and ``rope_scaling`` (Hugging
     Face's dict, ``{"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
@@ -90,6 +91,7 @@ class GPTConfig:
     head: str = "lm"
     num_labels: int = 2
     pad_id: int | None = None
+    stop_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff")
@@ -104,6 +106,10 @@ class GPTConfig:
             raise ValueError(f"pad_id={self.pad_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
         if not 0 <= self.eos_id < self.vocab_size:
             raise ValueError(f"eos_id={self.eos_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
+        object.__setattr__(self, "stop_ids", tuple(self.stop_ids))  # a list read back from JSON compares equal
+        if not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in self.stop_ids):
+            raise ValueError(f"stop_ids={self.stop_ids!r} must be token ids inside the vocabulary [0, "
+                             f"{self.vocab_size})")
         if self.n_kv_heads is not None:
             check_positive(self, "n_kv_heads")
             if self.n_heads % self.n_kv_heads:
