@@ -116,6 +116,16 @@ def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_threa
     assert result["validation"][-1]["step"] == saved["steps"]
     longer = recipes.resume(result["run"], steps=saved["steps"] + 2, progress=False, verbose=False)
     assert len(longer["history"]) == saved["steps"] + 2
+    assert json.loads((result["run"] / "args.json").read_text())["steps"] == saved["steps"] + 2  # a next resume
+    # a run stopped while its first 5 updates were being timed (here: after 2, its steps not yet fitted) times the
+    # rest on resume and fits its steps, instead of training the unfitted count
+    early = recipes.train(task, steps=2, warmup=5, out=str(tmp_path / "early"), progress=False, verbose=False,
+                          model={"d_model": 32}, **sizes)["run"]
+    args = json.loads((early / "args.json").read_text())
+    (early / "args.json").write_text(json.dumps({**args, "minutes": 0.1, "steps": 400}))
+    fitted = recipes.resume(early, progress=False, verbose=False)
+    steps = json.loads((early / "args.json").read_text())["steps"]
+    assert steps != 400 and 6 <= steps == len(fitted["history"])
 
 
 def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluate_reads_it(tmp_path):

@@ -27,8 +27,14 @@ TASKS = {  # recipe module, its batch stream, tokenizer class (None: no tokenize
 }
 
 
-@pytest.mark.parametrize("task", sorted(TASKS))
-def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(task, tmp_path, monkeypatch, one_thread):
+ON_GPU = pytest.param("mlm", "cuda", id="mlm-cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])
+
+
+@pytest.mark.parametrize("task, where", [(task, "cpu") for task in sorted(TASKS)] + [ON_GPU])
+def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(task, where, tmp_path, monkeypatch,
+                                                                              one_thread):
+    # on a GPU dropout draws from the device's own generator, which the state must keep as well as the CPU's
     module_name, stream, tokenizer, settings, model = TASKS[task]
     module = importlib.import_module(module_name)
     # Hugging Face's trainers break ties between equally frequent merges in hash-map order, so two
@@ -45,7 +51,8 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
 
         real_train = tokenizer_class.train
         monkeypatch.setattr(tokenizer_class, "train", train_once)
-    common = dict(steps=12, eval_every=6, save_every=100, progress=False, verbose=False, model=model, **settings)
+    common = dict(steps=12, eval_every=6, save_every=100, progress=False, verbose=False, model=model, device=where,
+                  **settings)
     straight = recipes.train(task, out=str(tmp_path / "a"), **common)
     real = getattr(module, stream)
 

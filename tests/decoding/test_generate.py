@@ -70,6 +70,21 @@ def test_gpt_generate_equals_transformers(options, eos):
     assert got.tolist() == expected.tolist()
 
 
+@pytest.mark.parametrize("seed, first, beams", [(0, 0, 3), (2, 1, 2), (2, 2, 2)])
+def test_several_end_tokens_keep_enough_live_beams_as_transformers_does(seed, first, beams):
+    # three of the likeliest next tokens end a row: then more than K of the 2K best candidates can end, and K live
+    # beams must still go on (transformers takes (1 + ends) K candidates; with 2K a row of each case differed)
+    ids = torch.randint(2, V, (15, 4), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        ends = gpt2()(ids).logits[:, -1].mean(0).topk(first + 3).indices[first:].tolist()
+    hf = gpt2(ends)
+    ours = aiayn.from_hf(hf)
+    assert ours.cfg.stop_ids == tuple(ends[1:])
+    options = {"max_new_tokens": 8, "num_beams": beams, "pad_token_id": ends[0]}
+    expected = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **options)
+    assert ours.generate(ids, **options).tolist() == expected.tolist()
+
+
 def test_gpt_generate_max_length_counts_the_prompt_and_the_default_is_transformers_20_new_tokens():
     hf = gpt2()
     ours = aiayn.from_hf(hf)
@@ -82,10 +97,16 @@ def test_gpt_generate_max_length_counts_the_prompt_and_the_default_is_transforme
 def test_gpt_sampling_is_the_sampler_with_transformers_default_top_k():
     ours = aiayn.from_hf(gpt2())
     ids = torch.tensor([[5, 9, 12], [8, 4, 1]])
-    got = ours.generate(ids, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(3))
-    want = sample(ours, ids, 8, temperature=1.0, top_k=50, generator=torch.Generator().manual_seed(3),
-                  eos_id=ours.cfg.eos_id)
-    assert got.tolist() == want.tolist()
+    torch.manual_seed(0)
+    wide = aiayn.build("gpt-tiny", vocab_size=400, d_model=32, n_heads=2, n_layers=1, d_ff=64).eval()  # V > 50
+    for model in (ours, wide):
+        got = model.generate(ids, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(3))
+        want = sample(model, ids, 8, temperature=1.0, top_k=50, generator=torch.Generator().manual_seed(3),
+                      eos_id=model.cfg.eos_id)
+        assert got.tolist() == want.tolist()
+    unfiltered = sample(wide, ids, 8, temperature=1.0, generator=torch.Generator().manual_seed(3),
+                        eos_id=wide.cfg.eos_id)
+    assert got.tolist() != unfiltered.tolist()  # the default top_k=50 filters 400 tokens
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +178,18 @@ def test_bad_arguments_are_named(marian):
         gpt.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[1, 1, 0]]))
     with pytest.raises(ValueError, match="max_length=2"):
         gpt.generate(torch.tensor([[1, 2, 3]]), max_length=2)
+    for beams in (1, 2):  # beam search refuses what greedy refuses
+        with pytest.raises(ValueError, match="padded on the left"):
+            gpt.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[1, 1, 0]]), num_beams=beams)
+        with pytest.raises(ValueError, match="at least one token"):
+            gpt.generate(torch.tensor([[1, 2], [3, 4]]), attention_mask=torch.tensor([[1, 1], [0, 0]]),
+                         num_beams=beams)
+    for cache in (True, False):  # 60 + 10 positions of 64, refused before any step, with the cache or without
+        with pytest.raises(ValueError, match="70 positions exceed the model's 64 learned positions"):
+            gpt.generate(torch.ones(1, 60, dtype=torch.long), max_new_tokens=10, use_cache=cache)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        gpt.generate(torch.tensor([[1, 2, 3]]), do_sample=True, top_p=1.5)
+    bart = aiayn.build("bart-tiny", max_len=8).eval()  # learned positions: 8 target tokens at most
+    for beams in (1, 2):
+        with pytest.raises(ValueError, match=r"max_len=30 target tokens .* exceed the decoder's 8 learned positions"):
+            bart.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=30, num_beams=beams)

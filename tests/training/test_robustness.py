@@ -121,6 +121,36 @@ def test_a_second_process_cannot_train_in_a_locked_run_folder(tmp_path):
     assert not (tmp_path / ".lock").exists()
 
 
+def test_a_nan_validation_loss_is_never_the_best_and_does_not_block_later_bests(tmp_path):
+    model = aiayn.build("gpt-tiny", vocab_size=16, d_model=8, n_heads=2, n_layers=1, d_ff=16)
+    run = Session(tmp_path, model, torch.optim.SGD(model.parameters(), lr=0.1), None)
+    best = tmp_path / "best.safetensors"
+    run.record({"step": 1, "val_loss": float("nan")})
+    assert not best.exists()  # min() over [nan, ...] is nan, and nothing would ever be below it
+    for step, loss, kept in ((2, 3.0, True), (3, 4.0, False), (4, float("nan"), False), (5, 1.0, True)):
+        with torch.no_grad():
+            model.embed.tokens.weight.fill_(step)
+        run.record({"step": step, "val_loss": loss})
+        assert (aiayn.load(best).embed.tokens.weight[0, 0].item() == step) == kept, step
+    run.unlock()
+
+
+def test_a_second_signal_says_nothing_was_saved(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    run = Session(tmp_path, model, torch.optim.SGD(model.parameters(), lr=0.1), None)
+
+    def loss(model, batch):  # two signals inside one update: the second stops at once
+        if batch == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        out = model(torch.ones(1, 2)).sum()
+        return out, out.detach(), 1
+
+    with pytest.raises(KeyboardInterrupt, match=r"second signal, without saving.*from the last state saved") as e:
+        run.fit(iter(range(9)), 5, loss)
+    assert "the state is saved" not in str(e.value)
+
+
 STEPS = 30
 # One torch thread a process, as the one_thread fixture: with two each, on a shared 2-core machine these runs took
 # minutes instead of seconds.

@@ -10,7 +10,8 @@ all sentences and beams run through the model as one batch of ``B*K`` rows. Each
         candidates ending in </s> among the top K  -> merged into the finished set (best K kept)
         the first K candidates not ending in </s>  -> the new live beams (cache rows reordered to match)
 
-Taking 2K candidates guarantees K live ones survive: at most K candidates (one per beam) end in ``</s>``.
+Taking 2K candidates guarantees K live ones survive: at most K candidates (one per beam) end in ``</s>``. With
+E end tokens (Llama 3's chat models have three) up to E K can end, so (1 + E) K are taken, as Hugging Face does.
 A finished hypothesis is ranked by the length penalty of GNMT (Wu et al., 2016, section 7):
 
     score = logprob_sum / lp(len),   lp(len) = ((5 + len) / 6) ** alpha
@@ -32,8 +33,8 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import EncoderDecoder, check_src
-from aiayn.decoding.sampling import CachingModel, Ends, check_prompts, end_ids, ends
+from aiayn.decoding.greedy import EncoderDecoder, check_src, target_len
+from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
 from aiayn.layers.embedding import check_ids
 
 
@@ -105,7 +106,7 @@ def _search(
             logp[:, blocked] = neg_inf
         V = logp.size(-1)
         cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
-        top_sum, top_idx = cand_sum.topk(min(2 * K, K * V), dim=1)  # (A, 2K) best first
+        top_sum, top_idx = cand_sum.topk(min(max(2, 1 + len(eos)) * K, K * V), dim=1)  # (A, 2K) best first
         top_beam, top_tok = top_idx // V, top_idx % V  # (A, 2K)
         top_seq = torch.cat([_take(seqs.view(A, K, t), top_beam), top_tok[..., None]], dim=2)  # (A, 2K, t+1)
         is_eos = ends(top_tok, eos)  # (A, 2K)
@@ -209,9 +210,7 @@ def beam_search(
     """
     penalty = _check(beam, normalize, early_stopping)
     check_src(model, src)
-    max_len = src.size(1) + 50 if max_len is None else max_len
-    if max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    max_len = target_len(model, src, max_len)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
     was_training = model.training
@@ -285,7 +284,9 @@ def beam_search_lm(
     if attention_mask is not None and not bool(attention_mask.bool().all()):
         real = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device)  # (B*K, T + N)
         real[:, :T] = attention_mask.bool().repeat_interleave(K, dim=0)
-    cache = cast(CachingModel, model).new_cache(T + max_new_tokens) if use_cache else None
+    check_left_padded(attention_mask)
+    made = cast(CachingModel, model).new_cache(T + max_new_tokens)  # refuses too many positions, cache or not
+    cache = made if use_cache else None
 
     def step(seqs: Tensor, t: int) -> Tensor:
         # seqs: (B*K, t), a placeholder first, then the t - 1 tokens generated so far

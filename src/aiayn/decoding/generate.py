@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.beam import beam_search, beam_search_lm
 from aiayn.decoding.greedy import greedy
-from aiayn.decoding.sampling import end_ids, ends, sample, sample_seq2seq
+from aiayn.decoding.sampling import check_left_padded, end_ids, ends, sample, sample_seq2seq
 from aiayn.layers.embedding import check_ids
 
 HF_NEW_TOKENS = 20  # what transformers generates when given no length
@@ -92,6 +92,8 @@ def generate(
         raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
     if do_sample and temperature <= 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    if do_sample and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] when sampling, got {top_p}")
     check_ids(input_ids, 0, "input_ids", values=False)
     cfg: Any = getattr(model, "cfg", None)
     sampling: dict[str, Any] | None = None
@@ -121,9 +123,8 @@ def generate(
                              early_stopping=early_stopping)
         assert isinstance(new, Tensor)  # no return_scores
     else:
+        check_left_padded(attention_mask)
         real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        if bool((real[:, 1:] < real[:, :-1]).any()):
-            raise ValueError("attention_mask: prompts must be padded on the left (zeros before the ones)")
         rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
         options: dict[str, Any] = sampling or {"temperature": 0.0}
         out = sample(model, rows, budget, eos_id=eos, use_cache=use_cache, **options)

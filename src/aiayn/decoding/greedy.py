@@ -8,7 +8,7 @@ The model only needs the small protocol every encoder-decoder here has: ``encode
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -48,12 +48,29 @@ def check_src(model: nn.Module, src: Tensor) -> None:
     check_ids(src, vocab if vocab is not None else 0, "src", values=vocab is not None)
 
 
+def target_len(model: nn.Module, src: Tensor, max_len: int | None) -> int:
+    """The most target tokens to decode: ``max_len``, by default ``S + 50`` (section 6.1) but no more than a
+    decoder with learned positions has (BART's); an explicit ``max_len`` beyond those is refused now, not at
+    whichever step reaches it."""
+    cfg: Any = getattr(model, "cfg", None)
+    learned = cfg.max_len if getattr(cfg, "positional", None) == "learned" else None
+    if max_len is None:
+        return src.size(1) + 50 if learned is None else min(src.size(1) + 50, learned)
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    if learned is not None and max_len > learned:
+        raise ValueError(f"max_len={max_len} target tokens (generate: max_new_tokens) exceed the decoder's {learned} "
+                         f"learned positions")
+    return max_len
+
+
 @torch.no_grad()
 def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache: bool = True) -> Tensor:
     """Decode ``(B, S)`` source ids greedily.
 
     Args:
-        max_len: most tokens to produce; default ``S + 50`` (section 6.1).
+        max_len: most tokens to produce; default ``S + 50`` (section 6.1), at most the decoder's learned
+            positions where it has them.
         use_cache: reuse keys/values of earlier steps; ``False`` recomputes the whole prefix each step
             (same result, slower).
 
@@ -78,7 +95,7 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     cfg = net.cfg
     was_training = model.training
     model.eval()
-    max_len = src.size(1) + 50 if max_len is None else max_len
+    max_len = target_len(model, src, max_len)
     memory = net.encode(src)
     out = torch.full((src.size(0), max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
     alive = torch.arange(src.size(0), device=src.device)  # (A,) the rows still decoding

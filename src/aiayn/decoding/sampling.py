@@ -71,6 +71,18 @@ def check_prompts(model: nn.Module, prompts: Sequence[Sequence[int]], name: str 
         raise ValueError(f"{name} holds token id {lo if lo < 0 else hi}, outside the vocabulary [0, {vocab})")
 
 
+def check_left_padded(attention_mask: Tensor | None) -> None:
+    """Refuse an ``attention_mask`` ``(B, T)`` with a row that is not zeros then ones (padded on the right, or
+    in the middle), or a row with no token at all."""
+    if attention_mask is None:
+        return
+    real = attention_mask.bool()
+    if bool((real[:, 1:] < real[:, :-1]).any()):
+        raise ValueError("attention_mask: prompts must be padded on the left (zeros before the ones)")
+    if not bool(real[:, -1].all()):
+        raise ValueError("attention_mask: every prompt needs at least one token (a row is all zeros)")
+
+
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set to ``-inf`` every logit outside the ``top_k`` largest and outside the nucleus: the smallest
     set of most likely tokens whose probabilities sum to at least ``top_p`` (Holtzman et al., 2020).
@@ -137,7 +149,8 @@ def stream(
         real[i, t - len(p) :] = True  # the prompt and everything generated after it
     padded = min(lengths) < t
     lm = cast(CachingModel, model)
-    cache = lm.new_cache(total) if use_cache else None
+    made = lm.new_cache(total)  # refuses more positions than the model has, with the cache or without
+    cache = made if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     eos = end_ids(eos_id)
     try:

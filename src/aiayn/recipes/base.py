@@ -237,7 +237,9 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     batches = task.batches(session.position)
     options: dict[str, Any] = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
                                "autocast": "bf16" if cfg.bf16 else "fp16" if cfg.fp16 else None, "compile": cfg.compile}
-    if cfg.minutes is not None and resume is None:
+    if cfg.minutes is not None and (resume is None or session.step <= _timed_updates(cfg)):
+        # (a resume stopped while the first updates were timed times the rest of them; one stopped just after
+        # gets the same count again, from the same records)
         plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, options, folder, say)
     plan["keep"] = average_points(cfg.average, plan["total"])
     history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}",
@@ -294,12 +296,17 @@ def _write_average(folder: Path, points: list[int], say: Callable[..., None]) ->
     return kept
 
 
+def _timed_updates(cfg: RecipeConfig) -> int:
+    """How many first updates ``--minutes`` times (inside the warm-up) before it fits the rest."""
+    return max(1, min(cfg.warmup, TIMING_UPDATES))
+
+
 def _fit_to_budget(cfg: RecipeConfig, session: Session, batches: Iterator[Any], loss_fn, options: dict[str, Any],
                    folder: Path, say: Callable[..., None]) -> int:
     """Time the first updates (inside the warm-up), and return the updates that fill ``cfg.minutes`` at that
     speed; ``args.json`` gets them as ``steps``."""
     assert cfg.minutes is not None  # run fits steps to the budget only when there is one
-    timed = max(1, min(cfg.warmup, TIMING_UPDATES))
+    timed = _timed_updates(cfg)
     history = session.fit(batches, timed, loss_fn, unlock=False, desc="timing", **options)
     first, last = history[0]["seconds"], history[-1]["seconds"]
     per_update = (last - first) / (timed - 1) if timed > 1 else last  # the first update also warms up kernels

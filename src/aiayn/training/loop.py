@@ -58,7 +58,7 @@ def _deferred_interrupts() -> Iterator[list[int]]:
 
     def handler(signum, frame):
         if flag:  # asked twice: stop now
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt("stopped at once by a second signal, without saving")
         flag.append(signum)
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -67,6 +67,10 @@ def _deferred_interrupts() -> Iterator[list[int]]:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal stopped training after an update, and ``save`` was called for it."""
 
 
 def fit(
@@ -122,10 +126,15 @@ def fit(
         FloatingPointError: the loss or the gradient norm became NaN or infinite (under fp16: the loss,
             or the gradients even at a loss scale below ``MIN_SCALE``): the run stops before that
             update, nothing is saved over the last good state, and the message names the step.
-        KeyboardInterrupt: SIGINT or SIGTERM, after ``save``.
+        Stopped: SIGINT or SIGTERM, after ``save`` (a ``KeyboardInterrupt``); a second signal raises a plain
+            ``KeyboardInterrupt`` at once, saving nothing.
     """
     if accum < 1:
         raise ValueError(f"accum={accum} must be >= 1")
+    if not 0 <= start <= steps:
+        raise ValueError(f"start={start} must lie in [0, steps={steps}]: the updates already done of those asked")
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip={clip!r} must be a positive gradient norm, or None (no clipping)")
     if autocast not in AUTOCAST:
         raise ValueError(f"autocast={autocast!r} must be one of {list(AUTOCAST)}")
     where = device.of(model)
@@ -173,7 +182,7 @@ def fit(
             if stop:
                 bar.close()
                 by = f"signal {interrupted[0]}" if interrupted else "a signal to another rank"
-                raise KeyboardInterrupt(f"stopped by {by} after step {step}")
+                raise Stopped(f"stopped by {by} after step {step}")
     bar.close()
     model.eval()
     return history

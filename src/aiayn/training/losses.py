@@ -82,6 +82,12 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int,
         raise ValueError(f"epsilon={epsilon} must be in [0, 1)")
     if logits.shape[:-1] != target.shape:
         raise ValueError(f"logits {tuple(logits.shape)} must be target {tuple(target.shape)} plus a vocabulary dim")
+    v = logits.size(-1)
+    if not 0 <= pad_id < v:  # a negative id would index from the end: a real token taken for padding
+        raise ValueError(f"pad_id={pad_id} must be a token id inside the vocabulary [0, {v})")
+    if epsilon > 0 and v < 3:
+        raise ValueError(f"epsilon={epsilon} spreads over the V - 2 tokens that are neither the target nor padding; "
+                         f"the logits have V={v}")
     target = target.flatten()
     keep = target != pad_id
     z = logits.flatten(0, -2)  # (N, V)

@@ -16,6 +16,8 @@ from torch import nn
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
     """The learning rate at (1-based) ``step``."""
+    if not warmup >= 1:
+        raise ValueError(f"warmup={warmup!r} must be at least 1 step")
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
@@ -25,6 +27,7 @@ def noam_optimizer(
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(beta1 0.9, beta2 0.98, eps 1e-9) with the warm-up schedule; call ``scheduler.step()`` after
     each ``optimizer.step()``. The first update uses the rate of step 1."""
+    noam_lr(1, d_model, warmup, factor)  # refuses a bad warmup now, not at the first update
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_lr(i + 1, d_model, warmup, factor))
     return optimizer, scheduler

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +30,7 @@ import aiayn
 from aiayn.io import write_json, write_text
 from aiayn.training import device, distributed, fit, load_train_state, save_train_state
 from aiayn.training.checkpoint import from_tensors, unique_tensors
+from aiayn.training.loop import Stopped
 
 
 def new_run_dir(out: str | os.PathLike, name: str) -> Path:
@@ -50,7 +52,9 @@ def open_run(out: str | os.PathLike, name: str, args: dict[str, Any], resume: st
     """The run folder: ``resume``, or a new ``out/name`` (see :func:`new_run_dir`) holding ``args.json``
     and ``files`` (file name -> a tokenizer or anything with ``save(path)``, or JSON data). Several ranks:
     rank 0 writes, every rank gets the folder."""
-    if resume is not None:
+    if resume is not None:  # its settings as this resume runs them (more steps, another device): the next reads them
+        if distributed.is_main():
+            write_json(Path(resume) / "args.json", args)
         return Path(resume)
     run = new_run_dir(out, name)
     if distributed.is_main():
@@ -196,10 +200,14 @@ class Session:
             self._history = fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler,
                                 accum=self.accum, start=self.step, history=self._history, save=self.save, **options)
             return self._history
-        except KeyboardInterrupt as e:
+        except Stopped as e:
             unlock = True
             raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {self.folder}`"
                                     ) from None
+        except KeyboardInterrupt as e:  # a second signal: nothing saved since the last save (if any)
+            unlock = True
+            raise KeyboardInterrupt(f"{e}; `aiayn train --resume {self.folder}` goes on from the last state saved "
+                                    f"before it, if one was") from None
         except BaseException:
             unlock = True
             raise
@@ -224,7 +232,8 @@ class Session:
     def record(self, record: dict[str, float]) -> None:
         """Add a validation record; keep ``best.safetensors`` when its ``val_loss`` is the lowest yet (every
         rank takes part, rank 0 writes)."""
-        if not self.validation or record["val_loss"] < min(e["val_loss"] for e in self.validation):
+        seen = [e["val_loss"] for e in self.validation if not math.isnan(e["val_loss"])]  # a NaN is never best
+        if not math.isnan(record["val_loss"]) and (not seen or record["val_loss"] < min(seen)):
             aiayn.save(self.model, self.folder / "best.safetensors")
         self.validation.append(record)
         if distributed.is_main():

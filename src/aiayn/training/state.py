@@ -4,6 +4,7 @@
       model/<name>          every weight once (tied weights are stored under their first name)
       optim/<i>/<key>       the optimizer's per-parameter tensors (Adam: step, exp_avg, exp_avg_sq)
       rng/torch             the CPU generator (dropout), as it is at the start of the next update
+      rng/cuda, rng/mps     the generator of the device the model is on, when it is a GPU (dropout there)
       metadata              JSON: step, batches consumed, optimizer param groups and scalars,
                             scheduler state, fp16's loss scaler (scale, growth tracker; null when
                             none, as in files from before it was saved), and whatever the caller
@@ -11,7 +12,7 @@
 
 One file, written atomically, so weights, optimizer and data position can never disagree after a
 crash; safetensors, so loading never runs code from the file. Resuming from it reproduces the
-uninterrupted run bit for bit on the CPU: the data order is replayed by skipping the batches
+uninterrupted run bit for bit on one device: the data order is replayed by skipping the batches
 already consumed, and the generator state is restored after the model is built.
 
 The file holds whole tensors even when training shards them over ranks (FSDP): saving gathers them
@@ -77,6 +78,9 @@ def save_train_state(
     if not distributed.is_main():
         return file
     tensors["rng/torch"] = torch.get_rng_state()
+    accelerator = _accelerator(model)
+    if accelerator is not None:  # dropout on a GPU draws from the device's own generator
+        tensors[f"rng/{accelerator.type}"] = _device_rng(accelerator)
     meta = {
         "step": step,
         "batches": batches,
@@ -102,11 +106,25 @@ def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
     return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
 
 
+def _accelerator(model: nn.Module) -> torch.device | None:
+    """The CUDA or MPS device ``model`` is on, or ``None`` (the CPU, whose generator is always saved)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None and p.device.type in ("cuda", "mps") else None
+
+
+def _device_rng(where: torch.device, state: Tensor | None = None) -> Tensor:
+    """The generator state of CUDA device ``where`` or of MPS; with ``state``, set it first."""
+    if state is not None:
+        torch.cuda.set_rng_state(state, where) if where.type == "cuda" else torch.mps.set_rng_state(state)
+    return torch.cuda.get_rng_state(where) if where.type == "cuda" else torch.mps.get_rng_state()
+
+
 def load_train_state(
     path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any | None,
     scaler: torch.amp.GradScaler | None = None,
 ) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler, the torch generator and ``scaler`` (when the file holds a
+    """Restore model, optimizer, scheduler, the torch generators (the CPU's; the GPU's the model is on, when
+    saved from one) and ``scaler`` (when the file holds a
     scaler's state; when not, ``scaler`` stays as it is) from ``path``. A model sharded by FSDP takes its
     shard of each weight (every rank reads the file).
 
@@ -161,6 +179,9 @@ def load_train_state(
     if scaler is not None and saved_scaler is not None:
         scaler.load_state_dict(saved_scaler)
     torch.set_rng_state(tensors["rng/torch"])
+    accelerator = _accelerator(model)
+    if accelerator is not None and f"rng/{accelerator.type}" in tensors:  # saved on this kind of device
+        _device_rng(accelerator, tensors[f"rng/{accelerator.type}"])
     return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"], "scaler": saved_scaler}
 
 
