@@ -13,6 +13,11 @@ neither length is given, ``top_k=50`` when sampling, ``length_penalty=1.0`` on `
 language model without one pads with ``eos_token_id``, as ``transformers`` does). An argument that is not
 supported is refused by name, never ignored.
 
+Where ``transformers`` differs: without ``attention_mask`` it guesses one from ``pad_token_id`` tokens in the prompt
+(here no mask means no padding: pass the mask); with beams it pads finished rows with the first end token when
+``pad_token_id`` is 0 (it reads 0 as unset); and an encoder-decoder here never emits its padding token, which
+``transformers`` matches when given ``bad_words_ids=[[pad]]`` (Marian's generation config sets it, BART's does not).
+
 Shapes: B batch, T prompt (or source) length, N new tokens.
 """
 
