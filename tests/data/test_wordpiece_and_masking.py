@@ -25,6 +25,35 @@ def test_wordpiece_from_a_vocab_txt(tmp_path):
     assert ids.tolist() == [[2, 5, 6, 3, 0, 0], [2, 5, 6, 7, 8, 3]] and mask.sum(1).tolist() == [4, 6]
 
 
+def test_a_cased_vocab_txt_keeps_case_and_odd_characters_keep_the_ids_after_them(tmp_path):
+    from aiayn.recipes.mlm import bert_tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "The", "dog", "Dog", "a\x85b", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    tok = bert_tokenizer(tmp_path)  # a cased BERT's folder: vocab.txt and do_lower_case false
+    assert tok.vocab_size == len(vocab)  # "a\x85b" is one line, as transformers reads it
+    assert tok.encode("The Dog .")[0] == [2, 6, 8, 10, 3]
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+    assert bert_tokenizer(tmp_path).encode("The Dog .")[0] == [2, 5, 7, 10, 3]
+
+
+def test_bad_arguments_are_named():
+    import pytest
+
+    from aiayn.data.corpus import held_out_split
+
+    tok = WordPieceTokenizer.train(TEXTS, vocab_size=200)
+    with pytest.raises(ValueError, match="texts: give at least one"):
+        tok.batch([])
+    with pytest.raises(ValueError, match="max_len=1 must be at least 2"):
+        tok.batch(["the dog"], max_len=1)
+    with pytest.raises(ValueError, match="first_normal_id=5 must lie in"):
+        mask_tokens(torch.tensor([[1, 2]]), 4, 5, [0], first_normal_id=5)
+    with pytest.raises(ValueError, match="n_test=0 must be at least 1"):
+        held_out_split([("a", "b")] * 5, 0, seed=0)
+
+
 def test_masking_statistics_and_specials_never_chosen():
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 1000, (400, 128))

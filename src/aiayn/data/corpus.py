@@ -223,6 +223,8 @@ def held_out_split(pairs: list[Pair], n_test: int, seed: int) -> tuple[list[Pair
     """``(train, held_out)``: the last ``n_test`` pairs after a seeded shuffle are held out."""
     import random
 
+    if n_test < 1:  # pairs[:-0] would train on nothing and hold out everything
+        raise ValueError(f"n_test={n_test} must be at least 1")
     pairs = list(pairs)
     random.Random(seed).shuffle(pairs)
     if len(pairs) <= n_test:

@@ -40,6 +40,9 @@ def mask_tokens(
     """
     if not 0.0 < ratio < 1.0:
         raise ValueError(f"ratio={ratio} must be in (0, 1)")
+    if not 0 <= first_normal_id < vocab_size:
+        raise ValueError(f"first_normal_id={first_normal_id} must lie in [0, vocab_size={vocab_size}): random "
+                         f"replacements are drawn from it up")
     special = torch.zeros_like(ids, dtype=torch.bool)
     for s in special_ids:
         special |= ids == s

@@ -42,7 +42,8 @@ def text_infilling(ids: Sequence[int], mask_id: int, ratio: float, rng: np.rando
                    span_mean: float = 3.0) -> list[int]:
     """Replace spans of Poisson(``span_mean``) length by a single ``mask_id`` each until about ``ratio`` of
     the tokens are covered; a zero-length span inserts a ``mask_id`` (the model must learn how many
-    tokens, if any, a mask stands for). Spans do not overlap."""
+    tokens, if any, a mask stands for). Spans do not overlap; an insertion that a later span covers comes out
+    as the span's mask followed by its own, as an insertion just after the span would."""
     n, budget = len(ids), _budget(len(ids), ratio)
     covered = np.zeros(n + 1, dtype=bool)
     starts: set[int] = set()

@@ -67,7 +67,8 @@ class WordPieceTokenizer:
     @classmethod
     def from_vocab(cls, path: str | os.PathLike, lowercase: bool = True) -> WordPieceTokenizer:
         """BERT's ``vocab.txt``: one piece per line, the line number is its id."""
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # splitlines would also split at \x85, \u2028
+        lines = lines[:-1] if lines and lines[-1] == "" else lines  # the final newline ends the last line
         return cls(cls._empty({piece: i for i, piece in enumerate(lines)}, lowercase))
 
     @classmethod
@@ -93,6 +94,10 @@ class WordPieceTokenizer:
     def batch(self, texts: Sequence[str], max_len: int = 512) -> tuple[Tensor, Tensor, Tensor]:
         """``(ids, segment ids, attention mask)``, each ``(B, T)``: single texts, cut to ``max_len``
         tokens (keeping the final ``[SEP]``), padded on the right."""
+        if not texts:
+            raise ValueError("texts: give at least one text")
+        if max_len < 2:
+            raise ValueError(f"max_len={max_len} must be at least 2 ([CLS] and [SEP])")
         rows = []
         for row, _ in (self.encode(t) for t in texts):
             rows.append(row if len(row) <= max_len else row[: max_len - 1] + [self.sep_id])

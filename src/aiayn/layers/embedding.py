@@ -113,7 +113,15 @@ class Embedding(nn.Module):
         if self.positions is not None:
             x = x + self.positions(ids.size(1), start, position_ids)
         if self.segments is not None:
-            x = x + self.segments(torch.zeros_like(ids) if segment_ids is None else segment_ids)
+            if segment_ids is None:
+                segment_ids = torch.zeros_like(ids)
+            else:
+                check_ids(segment_ids, self.segments.num_embeddings, "segment_ids (token_type_ids)",
+                          values=ids.device.type == "cpu")
+                if segment_ids.shape != ids.shape:
+                    raise ValueError(f"segment_ids must be shaped as ids {tuple(ids.shape)}, got "
+                                     f"{tuple(segment_ids.shape)}")
+            x = x + self.segments(segment_ids)
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)

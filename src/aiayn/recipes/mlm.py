@@ -42,7 +42,10 @@ Example = tuple[list[int], list[int], int]  # ids, segment ids, is-not-next labe
 
 
 def sentence_pairs(lines: list[str], rng: random.Random) -> list[tuple[str, str, int]]:
-    """``(A, B, label)`` for consecutive lines: B follows A (label 0) or is a random other line (1), half each."""
+    """``(A, B, label)`` for consecutive lines: B follows A (label 0) or is a random other line (1), half each.
+
+    BERT draws the random B from another document; a text file here has no document boundaries, so B is any
+    other line of it (one near A now and then, which makes the task a little harder than the paper's)."""
     out = []
     for i in range(len(lines) - 1):
         if rng.random() < 0.5:
@@ -71,6 +74,8 @@ def date_pairs(n: int, seed: int) -> list[tuple[str, str, int]]:
 def encode(tok: WordPieceTokenizer, pairs: list[tuple[str, str, int]], max_len: int) -> list[Example]:
     """Token ids of ``[CLS] A [SEP] B [SEP]``, the longer side cut until the pair fits ``max_len``."""
     assert tok.cls_id is not None and tok.sep_id is not None  # a WordPieceTokenizer refuses a vocabulary without them
+    if max_len < 3:
+        raise ValueError(f"max_len={max_len} must be at least 3: [CLS] A [SEP] B [SEP] has three special tokens")
     out = []
     for a, b, label in pairs:
         ids_a, ids_b = tok.encode(a)[0][1:-1], tok.encode(b)[0][1:-1]
@@ -282,12 +287,15 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
 
 
 def bert_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer:
-    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``."""
+    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``
+    (lowercasing unless ``tokenizer_config.json`` says ``do_lower_case: false``, as a cased BERT's does)."""
     folder = Path(folder)
     if (folder / "tokenizer.json").is_file():
         return WordPieceTokenizer.load(folder / "tokenizer.json")
     if (folder / "vocab.txt").is_file():
-        return WordPieceTokenizer.from_vocab(folder / "vocab.txt")
+        settings = folder / "tokenizer_config.json"
+        lower = json.loads(settings.read_text()).get("do_lower_case", True) if settings.is_file() else True
+        return WordPieceTokenizer.from_vocab(folder / "vocab.txt", lowercase=lower)
     raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
 
 
