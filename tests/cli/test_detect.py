@@ -39,10 +39,12 @@ def test_voc_annotations_drop_boxes_without_area(tmp_path):
       <object><name>RBC</name><bndbox><xmin>11</xmin><ymin>21</ymin><xmax>60</xmax><ymax>40</ymax></bndbox></object>
       <object><name>RBC</name><bndbox><xmin>504</xmin><ymin>37</ymin><xmax>504</xmax><ymax>37</ymax></bndbox></object>
       <object><name>WBC</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>200</xmax><ymax>100</ymax></bndbox></object>
+      <object><name>RBC</name><bndbox><xmin>220</xmin><ymin>10</ymin><xmax>230</xmax><ymax>20</ymax></bndbox></object>
     </annotation>"""
     (tmp_path / "a.xml").write_text(xml)
     target, size, dropped = read_voc_annotation(tmp_path / "a.xml", ["RBC", "WBC"])
-    assert size == (100, 200) and dropped == 1 and target["labels"].tolist() == [0, 1]
+    # the second box has no area; the last lies wholly right of the 200-px image (clipped, nothing is left)
+    assert size == (100, 200) and dropped == 2 and target["labels"].tolist() == [0, 1]
     # 1-based inclusive corners: pixels 11..60 are [10, 60) -> centre 35/200, width 50/200.
     torch.testing.assert_close(target["boxes"], torch.tensor([[35 / 200, 30 / 100, 50 / 200, 20 / 100],
                                                               [0.5, 0.5, 1.0, 1.0]]))

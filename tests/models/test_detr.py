@@ -176,6 +176,19 @@ def test_bad_inputs_raise_errors_naming_the_argument():
         aiayn.preset("detr-tiny", backbone_widths=(16, 32))
     with pytest.raises(ValueError, match="d_model=66 must be a multiple of 4"):
         aiayn.preset("detr-tiny", d_model=66, n_heads=2)
+    outputs = {"logits": torch.randn(1, 3, 3), "boxes": torch.rand(1, 3, 4)}
+    one = {"labels": torch.tensor([1]), "boxes": torch.tensor([[0.5, 0.5, 0.2, 0.2]])}
+    for bad, message in [({"labels": torch.tensor([0, 1])}, r"targets\[0\]\['boxes'\] must be \(n, 4\) with n = 2"),
+                         ({"boxes": torch.tensor([[0.5, 0.5]])}, r"must be \(n, 4\) with n = 1 labels, got \(1, 2\)"),
+                         ({"labels": torch.tensor([1.0])}, r"\['labels'\] must be \(n,\) integer class ids"),
+                         ({"boxes": torch.tensor([[50.0, 40.0, 20.0, 20.0]])}, "normalised to \\[0, 1\\]")]:
+        with pytest.raises(ValueError, match=message):
+            SetCriterion(2)(outputs, [{**one, **bad}])
+    with pytest.raises(ValueError, match=r"sizes must be one \(height, width\) per image, \(2, 2\)"):
+        postprocess({"logits": torch.randn(2, 3, 3), "boxes": torch.rand(2, 3, 4)}, sizes=[(100, 200)])
+    nan = torch.tensor([[0.0, 0.0, 1.0, float("nan")]])
+    with pytest.raises(FloatingPointError, match="NaN"):
+        generalized_box_iou(nan, nan)
 
 
 def test_every_trained_parameter_gets_a_gradient_and_frozen_ones_none():

@@ -191,6 +191,14 @@ def test_fused_attention_equals_the_explicit_path_and_the_bias_reaches_it():
     assert weights.shape == (2 * 16, 2, 16, 16)
     # the last window of the shifted block mixes wrapped-around patches: many weights are exactly zero there
     assert (weights[15] == 0).float().mean() > 0.5 and (weights[0] == 0).sum() == 0
+    # the relative position bias enters both paths: a changed table changes both outputs, and alike
+    with torch.no_grad():
+        model.stages[0].blocks[0].relative_position.table.normal_(std=1.0)
+        biased = model(images)
+        with record_attention(model):
+            biased_explicit = model(images)
+    assert (biased - fused).abs().max() > 100 * (fused - explicit).abs().max() + 1e-6
+    torch.testing.assert_close(biased, biased_explicit, atol=1e-5, rtol=1e-5)
 
 
 def test_patch_merging_concatenates_two_by_two_neighbours():
@@ -228,3 +236,15 @@ def test_wrong_images_and_configs_are_refused_with_names():
         SwinConfig(n_heads=(3, 6))
     with pytest.raises(ValueError, match=r"stage 2 has 192 channels .* n_heads\[1\]=5"):
         SwinConfig(n_heads=(3, 5, 12, 24))
+
+
+def test_stochastic_depth_drops_the_two_branches_of_a_block_independently():
+    # the reference calls DropPath once per branch: with rate 0.5 each image keeps neither, one or both branches
+    torch.manual_seed(0)
+    block = SwinBlock(8, 2, window=2, shift=0, drop_path=0.5).train()
+    block.window_attention = lambda x: torch.ones_like(x)  # branch outputs 1 and 10, so the sum tells which kept
+    del block.ff
+    block.ff = lambda x: 10 * torch.ones_like(x)
+    out = block(torch.zeros(400, 2, 2, 8))[:, 0, 0, 0]  # 0 + 2 * kept_attention + 20 * kept_mlp
+    assert sorted(set(out.tolist())) == [0.0, 2.0, 20.0, 22.0]
+    assert abs((out == 22.0).float().mean().item() - 0.25) < 0.08

@@ -151,9 +151,12 @@ def voc_classes(folder: str | os.PathLike) -> list[str]:
 
 
 def read_voc_annotation(file: str | os.PathLike, classes: list[str]) -> tuple[Target, tuple[int, int], int]:
-    """``(target, (height, width), dropped)`` of one VOC XML file; ``dropped`` counts boxes without area."""
+    """``(target, (height, width), dropped)`` of one VOC XML file; ``dropped`` counts boxes without area (also
+    those wholly outside the image)."""
     root = ET.parse(file).getroot()
     width, height = int(_text(root, "size/width")), int(_text(root, "size/height"))
+    if width <= 0 or height <= 0:
+        raise ValueError(f"{file}: size {width} x {height} must be positive (boxes are scaled by it)")
     labels, corners, dropped = [], [], 0
     for obj in root.iter("object"):
         name = _text(obj, "name").strip()
@@ -164,6 +167,9 @@ def read_voc_annotation(file: str | os.PathLike, classes: list[str]) -> tuple[Ta
             dropped += 1
             continue
         x0, y0, x1, y1 = max(x0 - 1, 0), max(y0 - 1, 0), min(x1, width), min(y1, height)  # 1-based, inclusive
+        if x1 <= x0 or y1 <= y0:  # wholly outside the image: nothing of it is left
+            dropped += 1
+            continue
         labels.append(classes.index(name))
         corners.append((x0 / width, y0 / height, x1 / width, y1 / height))
     boxes = torch.tensor(corners, dtype=torch.float32).view(-1, 4)

@@ -151,11 +151,15 @@ class SwinBlock(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, H, W, C) -> (B, H, W, C)
-        keep = None  # stochastic depth: 0 or 1 / (1 - rate) for each image's branch
-        if self.training and self.drop_path > 0:
-            keep = x.new_empty(x.size(0), 1, 1, 1).bernoulli_(1 - self.drop_path).div_(1 - self.drop_path)
-        x = x + self._residual(self.window_attention(self.norm1(x)), keep)
-        return x + self._residual(self.ff(self.norm2(x)), keep)
+        x = x + self._residual(self.window_attention(self.norm1(x)), self._keep(x))
+        return x + self._residual(self.ff(self.norm2(x)), self._keep(x))
+
+    def _keep(self, x: Tensor) -> Tensor | None:
+        """Stochastic depth for one branch: 0 or 1 / (1 - rate) for each image, drawn afresh for each branch, as
+        the reference's two DropPath calls draw (``None``: not training, or no drop)."""
+        if not (self.training and self.drop_path > 0):
+            return None
+        return x.new_empty(x.size(0), 1, 1, 1).bernoulli_(1 - self.drop_path).div_(1 - self.drop_path)
 
     def window_attention(self, x: Tensor) -> Tensor:
         """W-MSA or SW-MSA (section 3.2) of the normalised map.

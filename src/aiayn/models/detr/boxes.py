@@ -52,8 +52,12 @@ def generalized_box_iou(a: Tensor, b: Tensor) -> Tensor:
         ValueError: a box with x1 < x0 or y1 < y0 (degenerate boxes make the loss NaN; drop them first).
     """
     for name, boxes in (("a", a), ("b", b)):
-        if not bool((boxes[:, 2:] >= boxes[:, :2]).all()):
-            raise ValueError(f"boxes {name} must have x1 >= x0 and y1 >= y0 (corner format), got {boxes.tolist()}")
+        if not bool(torch.isfinite(boxes).all()):  # predictions after training diverged
+            raise FloatingPointError(f"boxes {name} hold NaN or infinite values (has training diverged?)")
+        bad = (boxes[:, 2:] < boxes[:, :2]).any(-1)
+        if bool(bad.any()):
+            raise ValueError(f"boxes {name} must have x1 >= x0 and y1 >= y0 (corner format); {int(bad.sum())} of "
+                             f"{len(boxes)} do not, the first {boxes[bad][0].tolist()}")
     iou, union = box_iou(a, b)
     lt = torch.min(a[:, None, :2], b[None, :, :2])  # (N, M, 2) the enclosing box C
     rb = torch.max(a[:, None, 2:], b[None, :, 2:])

@@ -76,10 +76,19 @@ class SetCriterion(nn.Module):
             ``{"loss", "ce", "bbox", "giou"}`` (the parts of the last layer, unweighted) and
             ``"ce_<i>"``, ``"bbox_<i>"``, ``"giou_<i>"`` of auxiliary layer ``i``.
         """
-        for t in targets:
-            labels = t["labels"]
+        for i, t in enumerate(targets):
+            labels, boxes = t["labels"], t["boxes"]
+            if labels.dim() != 1 or labels.is_floating_point():
+                raise ValueError(f"targets[{i}]['labels'] must be (n,) integer class ids, got {labels.dtype} "
+                                 f"{tuple(labels.shape)}")
+            if tuple(boxes.shape) != (labels.numel(), 4):
+                raise ValueError(f"targets[{i}]['boxes'] must be (n, 4) with n = {labels.numel()} labels, got "
+                                 f"{tuple(boxes.shape)}")
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
                 raise ValueError(f"target labels must be in [0, {self.num_classes}), got {labels.tolist()}")
+            if boxes.numel() and not bool(((boxes >= -0.01) & (boxes <= 1.01)).all()):  # rounding aside
+                raise ValueError(f"targets[{i}]['boxes'] must be (cx, cy, w, h) normalised to [0, 1] by the image "
+                                 f"size, not pixels; got values up to {float(boxes.max()):g}")
         num_boxes = max(float(sum(len(t["labels"]) for t in targets)), 1.0)
         layers = [("", outputs)] + [(f"_{i}", aux) for i, aux in enumerate(outputs.get("aux", []))]
         out: dict[str, Tensor] = {}

@@ -32,6 +32,9 @@ def postprocess(outputs: dict[str, Tensor],
     boxes = cxcywh_to_xyxy(outputs["boxes"])  # (B, Q, 4)
     if sizes is not None:
         hw = torch.as_tensor(sizes, dtype=boxes.dtype, device=boxes.device)  # (B, 2)
+        if tuple(hw.shape) != (boxes.size(0), 2):
+            raise ValueError(f"sizes must be one (height, width) per image, ({boxes.size(0)}, 2), got "
+                             f"{tuple(hw.shape)}")
         boxes = boxes * torch.stack([hw[:, 1], hw[:, 0], hw[:, 1], hw[:, 0]], dim=-1)[:, None, :]
     return [{"scores": s, "labels": la, "boxes": b} for s, la, b in zip(scores, labels, boxes)]
 
