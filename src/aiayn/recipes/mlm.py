@@ -215,7 +215,9 @@ class MaskedLM(Recipe):
     def loss(self, model, batch):
         mlm, _, nsp, _, n = losses(model, batch)
         b = batch[0].size(0)
-        return mlm + nsp * (n / b), mlm.detach(), n  # per token: mean MLM loss + mean NSP loss
+        # per token: mean MLM loss + mean NSP loss. fit divides by the update's masked tokens, so under --accum each
+        # batch's NSP mean is weighted by its share of them (the MLM term equals one large batch exactly)
+        return mlm + nsp * (n / b), mlm.detach(), n
 
     def validate(self, model) -> dict[str, float]:
         return scores(model, self.held_out)
