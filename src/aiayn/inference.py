@@ -106,6 +106,8 @@ class Pipeline:
         from aiayn.recipes.image import classify_images, read_image_file
 
         self._need("classify")
+        if isinstance(images, (str, os.PathLike)):  # one file would be read as a list of one-letter names
+            raise TypeError("images must be a list (of files, tensors or texts), got one")
         if "classes" in self._parts:  # a text classifier
             from aiayn.recipes.textclass import classify_texts
 
@@ -124,6 +126,8 @@ class Pipeline:
         from aiayn.recipes.detect import find_objects
 
         self._need("detect")
+        if isinstance(images, (str, os.PathLike)):
+            raise TypeError("images must be a list of files, got one")
         if not 0 <= threshold < 1:
             raise ValueError(f"threshold={threshold} must be in [0, 1)")
         return [find_objects(self._parts["detector"], image, threshold) for image in images]

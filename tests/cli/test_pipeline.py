@@ -102,3 +102,11 @@ def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
     with pytest.raises(FileNotFoundError):
         aiayn.pipeline(runs["lm"] / "nothing")
     assert aiayn.pipeline(runs["denoise"]).task == "translate"
+    with pytest.raises(ValueError, match="not a quantized one"):
+        aiayn.save(aiayn.pipeline(runs["lm"], quantize="int8").model, runs["lm"].parent / "int8-copy")
+    with pytest.raises(TypeError, match="images must be a list"):
+        aiayn.pipeline(runs["image"]).classify("digit.png")
+    with pytest.raises(TypeError, match="images must be a list of files"):
+        aiayn.pipeline(runs["detect"]).detect("cells.png")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        aiayn.pipeline(runs["mlm"]).embed(["a text"], batch_size=0)

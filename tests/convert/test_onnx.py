@@ -192,3 +192,19 @@ def test_refusals_say_what_was_wrong(tmp_path, gpt, seq2seq, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "aiayn\[export\]"'):
         OnnxGPT(gpt[1])
+
+
+@pytest.mark.parametrize("window", [None, 4], ids=["llama", "mistral-window"])
+def test_a_llama_with_grouped_heads_exports_and_generates_our_tokens(window, tmp_path):
+    # the cache holds 2 kv heads for 4 query heads; rotary positions, RMSNorm, SwiGLU, no biases
+    torch.manual_seed(0)
+    model = aiayn.build("llama-tiny", n_layers=2, vocab_size=40, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64,
+                        max_len=64, attention_window=window).eval()
+    ort = OnnxGPT(to_onnx(model, tmp_path), threads=1)
+    prompt = torch.randint(0, 40, (3, 6))
+    mask = torch.ones(3, 6, dtype=torch.long)
+    mask[1, :2] = mask[2, :4] = 0
+    ours = model.generate(prompt, attention_mask=mask, max_new_tokens=10)
+    assert torch.equal(ort.generate(prompt, mask, max_new_tokens=10, eos_id=model.cfg.eos_id), ours)
+    with pytest.raises(ValueError, match="head='classification' GPT is not exported"):
+        to_onnx(aiayn.build("gpt-tiny", head="classification", num_labels=3), tmp_path / "classifier")

@@ -273,7 +273,10 @@ def _seq2seq(model: Transformer, folder: Path, opset: int | None) -> dict[str, A
 
 def _gpt(model: GPT, folder: Path, opset: int | None) -> dict[str, Any]:
     cfg = model.cfg
-    n, h, d = cfg.n_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
+    if cfg.head != "lm":
+        raise ValueError(f"ONNX export takes a GPT language model (head='lm'); a head={cfg.head!r} GPT is not "
+                         f"exported (its score layer would be left out)")
+    n, h, d = cfg.n_layers, cfg.kv_heads, cfg.d_model // cfg.n_heads  # the cache holds the kv heads only
     b, t, p = (_EXAMPLE[k] for k in ("batch", "new", "past"))
     meta = torch.device("meta")
     past, present = _cache_names("past", n), _cache_names("present", n)
@@ -473,7 +476,8 @@ class OnnxGPT:
         self.cfg = self.spec["config"]
         self.model = session(Path(folder) / self.spec["graphs"]["model"]["file"], threads)
         self.past = _cache_names("past", self.cfg["n_layers"])
-        self.head = (self.cfg["n_heads"], self.cfg["d_model"] // self.cfg["n_heads"])
+        kv = self.cfg.get("n_kv_heads") or self.cfg["n_heads"]  # grouped-query attention caches fewer heads
+        self.head = (kv, self.cfg["d_model"] // self.cfg["n_heads"])
 
     def step(self, ids: np.ndarray, attention_mask: np.ndarray,
              past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -320,6 +320,8 @@ def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[
     """:func:`embed` with a loaded model and tokenizer (:func:`load_bert`)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     where = devices.of(model)
     out = []
     for i in range(0, len(texts), batch_size):

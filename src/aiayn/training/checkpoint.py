@@ -63,8 +63,11 @@ def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | N
     Under ``torchrun``, rank 0 writes; a model sharded by FSDP is gathered first, so then every rank
     must call it.
     """
+    from aiayn.layers.int8 import is_quantized
     from aiayn.models import config_to_dict
 
+    if is_quantized(model):  # its packed int8 weights are not parameters: the file could not be loaded back
+        raise ValueError("save takes the float32 model, not a quantized one (quantize again after aiayn.load)")
     tensors = unique_tensors(model)
     if not distributed.is_main():
         return weights_path(path)
