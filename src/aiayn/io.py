@@ -54,14 +54,16 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def digest(tensors: dict[str, torch.Tensor]) -> str:
-    """SHA-256 of named tensors (names, dtypes, shapes and bytes, in name order).
+def digest(tensors: dict[str, torch.Tensor], text: str | None = None) -> str:
+    """SHA-256 of named tensors (names, dtypes, shapes and bytes, in name order), and of ``text`` first if given.
 
     Checkpoints keep it in their own metadata, so a file whose bytes changed after writing (a flipped
     bit, a copy cut short that safetensors' own header checks miss) is refused, and the check can never
     disagree with the file it describes, as a checksum file written beside it could after a crash.
     """
     h = hashlib.sha256()
+    if text is not None:  # what else the file must keep unchanged (a checkpoint's config)
+        h.update(f"text|{len(text)}|".encode() + text.encode())
     for name in sorted(tensors):
         t = tensors[name].detach().contiguous().cpu()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
@@ -69,9 +71,11 @@ def digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def check_digest(file: str | os.PathLike, tensors: dict[str, torch.Tensor], expected: str | None) -> None:
-    """Raise ``ValueError`` naming ``file`` when ``tensors`` do not hash to ``expected`` (``None``: a file
-    written before digests were kept, accepted)."""
-    if expected is not None and digest(tensors) != expected:
-        raise ValueError(f"{file} is corrupted: its tensors do not match the SHA-256 digest stored in it when it "
+def check_digest(file: str | os.PathLike, tensors: dict[str, torch.Tensor], expected: str | None,
+                 text: str | None = None) -> None:
+    """Raise ``ValueError`` naming ``file`` when ``tensors`` (and ``text``, where the digest covers it) do not
+    hash to ``expected`` (``None``: a file written before digests were kept, accepted)."""
+    if expected is not None and digest(tensors, text) != expected:
+        what = "tensors" if text is None else "tensors and config"
+        raise ValueError(f"{file} is corrupted: its {what} do not match the SHA-256 digest stored in it when it "
                          f"was written; it was not loaded")

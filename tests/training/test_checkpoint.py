@@ -50,3 +50,23 @@ def test_atomic_files_get_the_mode_a_plain_open_would_give(tmp_path):
     plain.write_text("x")
     atomic = atomic_write(tmp_path / "atomic.txt", lambda tmp: Path(tmp).write_text("x"))
     assert atomic.stat().st_mode == plain.stat().st_mode
+
+
+def test_a_changed_config_is_refused_and_files_whose_digest_covers_only_tensors_still_load(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from aiayn.io import digest
+
+    model = aiayn.build("llama-tiny")
+    path = aiayn.save(model, tmp_path / "m.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    # one changed digit in the stored config: every tensor still fits, but the model would compute otherwise
+    save_file(tensors, str(path), metadata={**meta, "aiayn_config": meta["aiayn_config"].replace("10000.0", "90000.0")})
+    with pytest.raises(ValueError, match="tensors and config do not match the SHA-256 digest"):
+        aiayn.load(path)
+    # a file written before digests covered the config (0.1.0): its digest of the tensors alone is checked
+    old = {k: v for k, v in meta.items() if k != "aiayn_digest_of"}
+    save_file(tensors, str(path), metadata={**old, "aiayn_sha256": digest(tensors)})
+    assert aiayn.load(path).cfg == model.cfg

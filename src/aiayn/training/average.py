@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from aiayn.io import atomic_write, digest
-from aiayn.training.checkpoint import weights_path
+from aiayn.training.checkpoint import covered_config, weights_path
 
 
 def _header(file: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:
@@ -102,5 +102,5 @@ def average_checkpoints(paths: list[str | os.PathLike], out_path: str | os.PathL
                 total += h.get_tensor(name).to(torch.float64)
             averaged[name] = (total / len(handles)).to(first.dtype)
     if "aiayn_sha256" in meta:  # the digest describes the tensors in the file: the mean's own
-        meta["aiayn_sha256"] = digest(averaged)
+        meta["aiayn_sha256"] = digest(averaged, covered_config(meta))
     return atomic_write(weights_path(out_path), lambda tmp: save_file(averaged, tmp, metadata=meta))

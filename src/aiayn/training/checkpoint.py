@@ -71,9 +71,19 @@ def save(model: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | N
     tensors = unique_tensors(model)
     if not distributed.is_main():
         return weights_path(path)
-    meta = {"format": "pt", "aiayn_config": json.dumps(config_to_dict(model.cfg)), "aiayn_sha256": digest(tensors),
-            **(metadata or {})}
+    config = json.dumps(config_to_dict(model.cfg))
+    meta = {"format": "pt", "aiayn_config": config, "aiayn_sha256": digest(tensors, config),
+            "aiayn_digest_of": COVERS, **(metadata or {})}
     return atomic_write(weights_path(path), lambda tmp: save_file(tensors, tmp, metadata=meta))
+
+
+COVERS = "tensors+config"  # what a checkpoint's digest covers (files from before it: the tensors only)
+
+
+def covered_config(meta: dict[str, str]) -> str | None:
+    """The stored config, where the file's digest covers it too (``None``: a file whose digest covers only its
+    tensors, written before configs were covered)."""
+    return meta.get("aiayn_config") if meta.get("aiayn_digest_of") == COVERS else None
 
 
 def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
@@ -85,7 +95,7 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
             not fit its config (the keys are named).
     """
     file, meta, tensors = _read(path, tensors=True)
-    check_digest(file, tensors, meta.get("aiayn_sha256"))
+    check_digest(file, tensors, meta.get("aiayn_sha256"), covered_config(meta))
     return from_tensors(_config(meta), tensors, str(file)).to(device)
 
 
