@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import aiayn
+from aiayn.io import digest
 from aiayn.training import fit, load_train_state, save_train_state, train_state_info
 from aiayn.training.session import FolderLocked, Session
 
@@ -43,7 +44,9 @@ def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_naming_the_ke
         meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
     config = json.loads(meta["aiayn_config"])
     config["n_encoder_layers"] = 3  # the config now asks for a layer the file does not hold
-    save_file(tensors, tmp_path / "other.safetensors", metadata={**meta, "aiayn_config": json.dumps(config)})
+    text = json.dumps(config)  # a consistent file (its digest covers this config) whose weights still disagree
+    save_file(tensors, tmp_path / "other.safetensors",
+              metadata={**meta, "aiayn_config": text, "aiayn_sha256": digest(tensors, text)})
     with pytest.raises(ValueError, match=r"does not match its config: missing keys \['encoder\.layers\.2\."):
         aiayn.load(tmp_path / "other.safetensors")
 
