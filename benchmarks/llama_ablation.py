@@ -2,7 +2,8 @@
 then each of Llama's changes alone, then all of them, at one parameter count and one training budget.
 
     python benchmarks/llama_ablation.py                         # 1,500 updates a run, seeds 0 and 1
-    python benchmarks/llama_ablation.py --updates 11427         # the full budget of benchmarks/lm_shakespeare.py
+    python benchmarks/llama_ablation.py --updates 11427         # the full budget of benchmarks/lm_shakespeare.py,
+                                                                # in benchmarks/results/llama_ablation_11427/
     python benchmarks/llama_ablation.py --quick                 # a toy run of a few seconds (a smoke test)
 
 Every run is the ``shakespeare-char`` recipe (batches of 8 blocks of 128 characters, AdamW (0.9, 0.99) at a
@@ -30,10 +31,11 @@ per token is what the model's cache holds in float32: 2 (k and v) x layers x kv 
 
 ``--updates`` sets the budget: 1,500 updates by default (about 2.5 minutes a run on one quiet thread here, so that
 14 runs fit in a session); the full 15-minute budget of the GPT benchmark is ``--updates 11427`` (about 21
-minutes a run on one quiet thread). Finished runs
-are kept in the results file and skipped, and a run stopped part-way goes on from its last saved state (every 500
-updates; the run folders are kept in ``--work``), so a longer run can be done in pieces. The runs can also be
-shared out among processes that write one results file, one per core, each merging its runs into the file under a
+minutes a run on one quiet thread), whose results go to a folder of their own: a results file is never replaced
+by runs of another budget (``--fresh`` does that). Finished runs are kept in the results file and skipped, and a
+run stopped part-way goes on from its last saved state (every 500 updates; the run folders are kept in
+``--work``), so a longer run can be done in pieces. The runs can also be shared out among processes that write
+one results file, one per core, each merging its runs into the file under a
 lock; a last invocation with every variant then only measures the speeds and draws the plot:
 
     python benchmarks/llama_ablation.py --updates 11427 --seeds 0 &
@@ -58,7 +60,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from budget import parse_args
+from budget import RESULTS, parse_args
 from filelock import FileLock
 
 import aiayn
@@ -79,6 +81,7 @@ SWITCHES: dict[str, dict[str, Any]] = {
 VARIANTS: dict[str, dict[str, Any]] = {"gpt2": {}, **SWITCHES,
                                        "llama": {k: v for s in SWITCHES.values() for k, v in s.items()}}
 VOCAB = 65  # tiny-shakespeare's characters; only the token table depends on it, alike for every variant
+UPDATES = 1500  # a run's updates by default: 14 runs fit in a session
 QUICK = {"updates": 20, "seeds": [0], "quick_chars": 20_000, "variants": ["gpt2", "llama"], "rounds": 2}
 
 
@@ -183,7 +186,8 @@ def table(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"))
-    p.add_argument("--updates", type=int, default=1500, help="updates per run (11427: the 15-minute budget)")
+    p.add_argument("--updates", type=int, default=UPDATES, help=f"updates per run (default {UPDATES}; 11427: the "
+                   "15-minute budget, written to benchmarks/results/llama_ablation_<updates> unless --out is given)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--rounds", type=int, default=7, help="speed: rounds of every variant in turn")
@@ -196,10 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
 
     out = Path(args.out)
+    if out == RESULTS and args.updates != UPDATES:  # the default folder holds the default budget's runs
+        out = RESULTS / f"llama_ablation_{args.updates}"
     path = out / "llama_ablation.json"
     old = json.loads(path.read_text()) if path.is_file() and not args.fresh else {}
-    if old.get("updates") != args.updates:
-        old = {}  # runs of another budget are not comparable
+    if old and old.get("updates") != args.updates:  # runs of another budget are not comparable: never replaced
+        p.error(f"{path} holds runs of {old.get('updates')} updates, not --updates {args.updates}: give another "
+                "--out, or --fresh to replace them")
     text = Path(args.data).read_text(encoding="utf-8")[: args.quick_chars]
     test_at, val_at = int(len(text) * 0.85), int(len(text) * 0.9)  # train | test | validation
     work = Path(args.work or (tempfile.mkdtemp(prefix="llama-ablation") if args.quick else

@@ -304,6 +304,35 @@ def test_llama_ablation_takes_up_a_run_it_finds_in_its_work_folder(tmp_path):
     assert runs[0] == runs[1] and sorted(p.name for p in (tmp_path / "work").iterdir() if p.is_dir()) == ["gpt2-0"]
 
 
+def test_the_readme_ablation_table_is_the_full_budget_results_file():
+    # the README's table is table() of the committed results, so a figure cannot drift from its file
+    path = SCRIPTS / "results" / "llama_ablation_11427" / "llama_ablation.json"
+    results = json.loads(path.read_text())
+    sys.path.insert(0, str(SCRIPTS))  # the script imports benchmarks/budget.py
+    try:
+        spec = importlib.util.spec_from_file_location("llama_ablation_script", SCRIPTS / "llama_ablation.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    assert results["updates"] == 11427 and all(sorted(v["runs"]) == ["0", "1"] for v in results["variants"].values())
+    assert script.table(results) in (ROOT / "README.md").read_text()
+
+
+def test_llama_ablation_never_replaces_runs_of_another_budget(tmp_path):
+    # a results file of 1,500 updates a run met by a run of another budget is refused, unchanged, naming both
+    data = needs_data("tinyshakespeare", "input.txt")
+    (tmp_path / "out").mkdir()
+    held = json.dumps({"name": "llama_ablation", "updates": 1500, "variants": {"gpt2": {"runs": {"0": {}}}}})
+    (tmp_path / "out" / "llama_ablation.json").write_text(held)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, str(SCRIPTS / "llama_ablation.py"), "--quick", "--data", str(data),
+                          "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=240, check=False)
+    assert run.returncode == 2 and "holds runs of 1500 updates, not --updates 20" in run.stderr
+    assert (tmp_path / "out" / "llama_ablation.json").read_text() == held
+
+
 def test_llama_ablation_processes_sharing_a_results_file_keep_each_others_runs(tmp_path):
     # two processes started together (one per seed) both find the results file empty; each must merge its runs
     # into what the other wrote meanwhile, not overwrite it with its own view
