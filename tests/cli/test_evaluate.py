@@ -1,6 +1,7 @@
 """`aiayn evaluate` scores a run of every task on data given to it, each number checked against the same
 computation done here by hand; `aiayn viz history` draws any run; `--minutes` fits the updates to a budget."""
 
+import dataclasses
 import json
 import math
 import re
@@ -151,3 +152,12 @@ def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluat
     assert math.isclose(scores["bleu"], sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs_tol=1e-9)
     with pytest.raises(FileNotFoundError, match=re.escape("weights='nothing.safetensors'")):
         translate(run, ["abc"], weights="nothing.safetensors")
+    # another model's weights are refused, naming what differs, before the run's tokens are read as other words
+    wider = aiayn.build(dataclasses.replace(aiayn.load(run).cfg, d_model=64))
+    wider = aiayn.save(wider, tmp_path / "wider.safetensors")
+    with pytest.raises(ValueError, match=r"weights='.*wider.safetensors' are not of this run's model "
+                                         r"\(TransformerConfig\): d_model 64 \(the run's 32\)"):
+        translate(run, ["abc"], weights=str(wider))
+    gpt = aiayn.save(aiayn.build("gpt-tiny", vocab_size=16, n_layers=1), tmp_path / "gpt.safetensors")
+    with pytest.raises(ValueError, match=r"are not of this run's model .*: a GPTConfig"):
+        translate(run, ["abc"], weights=str(gpt))

@@ -71,3 +71,21 @@ def test_masking_statistics_and_specials_never_chosen():
     n = chosen.sum()
     assert abs(masked.sum() / n - 0.8) < 0.01 and abs(unchanged.sum() / n - 0.1) < 0.01  # unchanged: 10% + rare hits
     assert abs(replaced.sum() / n - 0.1) < 0.01 and (inputs[replaced] >= 5).all()
+
+
+def test_the_mlm_recipe_never_draws_a_special_of_a_released_bert_vocabulary_as_a_replacement(tmp_path):
+    # bert-base-uncased's layout: [PAD] 0, [unused0..98] 1-99, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103
+    from aiayn.recipes.mlm import collate
+
+    words = [f"w{i}" for i in range(40)]
+    vocab = ["[PAD]", *(f"[unused{i}]" for i in range(99)), "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = WordPieceTokenizer.from_vocab(tmp_path / "vocab.txt")
+    assert (tok.cls_id, tok.mask_id, tok.first_normal_id) == (101, 103, 104)
+    assert WordPieceTokenizer.train(TEXTS, vocab_size=200).first_normal_id == 5  # its specials are 0-4
+    ids = tok.encode(" ".join(words))[0]
+    examples = [(ids, [0] * len(ids), 0)] * 200
+    inputs, _segments, _mask, labels, _nsp = collate(examples, tok, len(vocab), torch.Generator().manual_seed(0))
+    chosen = labels != IGNORE
+    replaced = chosen & (inputs != tok.mask_id) & (inputs != labels)
+    assert replaced.sum() > 100 and (inputs[replaced] >= 104).all()  # never [UNK], [CLS], [SEP], [MASK], [unused]

@@ -33,6 +33,23 @@ def test_a_checkpoint_whose_bytes_changed_is_refused_by_its_digest(tmp_path):
         aiayn.load(path)
 
 
+def test_a_checkpoint_whose_digest_key_was_lost_is_refused(tmp_path):
+    # a bit flipped in the key's name leaves valid JSON; a file that says what its digest covers must hold it
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = aiayn.save(aiayn.build("gpt-tiny", vocab_size=16, n_layers=1), tmp_path / "m.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    meta["aiayn_sha257"] = meta.pop("aiayn_sha256")
+    save_file(tensors, tmp_path / "other.safetensors", metadata=meta)
+    with pytest.raises(ValueError, match=r"other\.safetensors is corrupted: .*config but holds no aiayn_sha256"):
+        aiayn.load(tmp_path / "other.safetensors")
+    del meta["aiayn_sha257"], meta["aiayn_digest_of"]  # a file from before digests: still loads
+    save_file(tensors, tmp_path / "old.safetensors", metadata=meta)
+    assert aiayn.load(tmp_path / "old.safetensors").cfg == aiayn.load(path).cfg
+
+
 def test_a_checkpoint_whose_config_and_weights_disagree_is_refused_naming_the_keys(tmp_path):
     import json
 
@@ -107,21 +124,70 @@ def test_a_non_finite_gradient_stops_before_the_update_and_keeps_the_last_save(t
     assert saved == [2, 4]
 
 
+def claimer(*folders):
+    """A process that, for each of ``folders`` in turn, waits for a line on its stdin, claims the folder and
+    prints ``locked`` or ``refused``; then sleeps until killed, keeping what it claimed."""
+    code = ("import sys, time; from pathlib import Path; from aiayn.training.session import FolderLocked, lock\n"
+            "print('ready', flush=True)\n"
+            "for folder in sys.argv[1:]:\n"
+            "    sys.stdin.readline()\n"
+            "    try: lock(Path(folder)); print('locked', flush=True)\n"
+            "    except FolderLocked: print('refused', flush=True)\n"
+            "time.sleep(60)\n")
+    job = subprocess.Popen([sys.executable, "-c", code, *map(str, folders)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    assert job.stdout.readline().strip() == "ready"
+    return job
+
+
+def claim(*jobs):
+    """Let ``jobs`` claim their next folder together: what each said."""
+    for job in jobs:
+        job.stdin.write("go\n")
+    for job in jobs:
+        job.stdin.flush()
+    return [job.stdout.readline().strip() for job in jobs]
+
+
+def stop(*jobs):
+    for job in jobs:
+        job.kill()  # SIGKILL: it never unlocks
+        job.wait()
+
+
 def test_a_second_process_cannot_train_in_a_locked_run_folder(tmp_path):
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = claimer(tmp_path)
     try:
-        (tmp_path / ".lock").write_text(f"{other.pid}\n")
+        assert claim(other) == ["locked"]
         with pytest.raises(FolderLocked, match=f"another process \\(pid {other.pid}\\) is training in {tmp_path}"):
             Session(tmp_path, model, optimizer, None)
     finally:
-        other.kill()
-        other.wait()
-    run = Session(tmp_path, model, optimizer, None)  # the owner is gone: the stale lock is taken over
+        stop(other)
+    assert (tmp_path / ".lock").read_text().strip() == str(other.pid)  # killed: its file stays
+    run = Session(tmp_path, model, optimizer, None)  # but the owner is gone, and the system freed its lock
     assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
     run.unlock()  # training over: this process (a notebook, say) or another may resume the folder
     assert not (tmp_path / ".lock").exists()
+    after = claimer(tmp_path)
+    try:
+        assert claim(after) == ["locked"]
+    finally:
+        stop(after)
+
+
+def test_processes_claiming_a_free_run_folder_together_get_it_once(tmp_path):
+    # four processes claim each of 50 folders at the same moment; a lock file read, then written, lets several in
+    folders = [tmp_path / str(i) for i in range(50)]
+    for folder in folders:
+        folder.mkdir()
+    jobs = [claimer(*folders) for _ in range(4)]
+    try:
+        for folder in folders:
+            assert sorted(claim(*jobs)) == ["locked", "refused", "refused", "refused"], folder
+    finally:
+        stop(*jobs)
 
 
 def test_a_nan_validation_loss_is_never_the_best_and_does_not_block_later_bests(tmp_path):

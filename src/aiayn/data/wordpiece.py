@@ -27,7 +27,7 @@ SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 class WordPieceTokenizer:
     """A ``tokenizers`` WordPiece tokenizer with BERT's specials; ``pad_id``, ``cls_id``, ``sep_id``,
-    ``mask_id``, ``unk_id`` name their ids."""
+    ``mask_id``, ``unk_id`` name their ids, ``first_normal_id`` is the first id after them all."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         ids = {s: tokenizer.token_to_id(s) for s in SPECIALS}
@@ -35,6 +35,9 @@ class WordPieceTokenizer:
         if missing:
             raise ValueError(f"a BERT tokenizer needs the special tokens {list(SPECIALS)}; missing {missing}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (ids[s] for s in SPECIALS)
+        # the first id past every special (and past a released BERT vocabulary's [unused] slots among them):
+        # where the masked LM's random replacements start
+        self.first_normal_id = 1 + max(i for i in ids.values() if i is not None)
         tokenizer.no_padding()
         tokenizer.no_truncation()
         tokenizer.post_processor = processors.TemplateProcessing(

@@ -94,7 +94,7 @@ def collate(examples: list[Example], tok: WordPieceTokenizer, vocab_size: int, g
     ids = torch.tensor([e[0] + [tok.pad_id] * (width - len(e[0])) for e in examples])
     segments = torch.tensor([e[1] + [0] * (width - len(e[1])) for e in examples])
     inputs, labels = mask_tokens(ids, tok.mask_id, vocab_size, (tok.pad_id, tok.cls_id, tok.sep_id),
-                                 generator=generator, first_normal_id=5)
+                                 generator=generator, first_normal_id=tok.first_normal_id)
     return inputs, segments, (ids != tok.pad_id).long(), labels, torch.tensor([e[2] for e in examples])
 
 

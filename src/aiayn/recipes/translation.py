@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,6 +43,7 @@ from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model, ready
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
+from aiayn.training.checkpoint import saved_config
 
 if TYPE_CHECKING:
     from aiayn.data.sentencepiece import SentencePieceTokenizer
@@ -283,6 +284,13 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
         given, weights = weights, Path(weights) if Path(weights).is_file() else run / weights
         if not weights.is_file():
             raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
+        ours, theirs = saved_config(run), saved_config(weights)
+        if ours != theirs:  # another model's weights would read the run's tokens as other words
+            differ = ([f"{f.name} {getattr(theirs, f.name)} (the run's {getattr(ours, f.name)})" for f in
+                       fields(theirs) if getattr(ours, f.name) != getattr(theirs, f.name)]
+                      if type(ours) is type(theirs) else [f"a {type(theirs).__name__}"])
+            raise ValueError(f"weights={str(given)!r} are not of this run's model ({type(ours).__name__}): "
+                             + ", ".join(differ))
     model = load_model(weights or run, device, quantize)
     return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
 

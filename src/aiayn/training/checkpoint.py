@@ -95,6 +95,9 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
             not fit its config (the keys are named).
     """
     file, meta, tensors = _read(path, tensors=True)
+    if "aiayn_digest_of" in meta and "aiayn_sha256" not in meta:  # a file of this format always holds it
+        raise ValueError(f"{file} is corrupted: it says its digest covers its {meta['aiayn_digest_of']} but holds "
+                         f"no aiayn_sha256 to check them against; it was not loaded")
     check_digest(file, tensors, meta.get("aiayn_sha256"), covered_config(meta))
     return from_tensors(_config(meta), tensors, str(file)).to(device)
 

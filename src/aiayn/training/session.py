@@ -10,11 +10,12 @@ best weights); ``state.py`` is the format of its resumable state file.
       best.safetensors          the weights with the lowest validation loss so far
       validation.json           one record per validation
       history.csv               one row per update: loss, learning rate, tokens, (fp16: skipped,) seconds
-      .lock                     the process id of the run training in the folder
+      .lock                     locked by the process training in the folder; holds its process id
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -89,41 +90,66 @@ class FolderLocked(RuntimeError):
     """Another live process is training in the run folder."""
 
 
+_held: dict[str, int] = {}  # run folder -> the open .lock file on which this process holds the OS lock
+
+
 def lock(folder: Path) -> None:
     """Claim ``folder`` for this process: refuse if another live process is training in it.
 
-    The lock is a file holding the owner's process id; one whose process is gone (killed, even by
-    SIGKILL) is stale and taken over, so a crash never leaves a folder locked.
+    The claim is the operating system's lock on ``folder/.lock`` (``flock``; Windows: ``msvcrt.locking``), held
+    while this process keeps the file open: two processes starting together cannot both get it, and the system
+    frees it when the process ends, however it ends (even by SIGKILL), so a crash never leaves a folder locked.
+    The file holds the owner's process id, for the message. Claiming a folder this process holds does nothing.
     """
+    key = str(folder.resolve())
+    if key in _held:
+        return
     file = folder / ".lock"
-    try:
-        owner = int(file.read_text().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        owner = 0
-    if owner and owner != os.getpid() and _alive(owner):
-        raise FolderLocked(f"another process (pid {owner}) is training in {folder}; wait for it or stop it first "
-                           f"(two runs writing one folder would overwrite each other's state)")
-    write_text(file, f"{os.getpid()}\n")
+    while True:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _try_lock(fd):
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise FolderLocked(f"another process (pid {owner}) is training in {folder}; wait for it or stop it "
+                               f"first (two runs writing one folder would overwrite each other's state)")
+        if _same_file(fd, file):
+            break
+        os.close(fd)  # the owner let go and removed the file between our open and our lock: claim the new one
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held[key] = fd
 
 
 def unlock(folder: Path) -> None:
-    """Remove this process's lock on ``folder`` (another process's stays)."""
-    file = folder / ".lock"
-    try:
-        if int(file.read_text().strip() or 0) == os.getpid():
-            file.unlink()
-    except (FileNotFoundError, ValueError):
-        pass
+    """Let go of this process's claim on ``folder`` and remove ``.lock`` (another process's claim stays)."""
+    fd = _held.pop(str(folder.resolve()), None)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):  # Windows cannot remove an open file: it stays, unlocked
+        (folder / ".lock").unlink()  # while still holding it, so that no one claims a file about to vanish
+    os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def _try_lock(fd: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if os.name == "nt":
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another process
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
     return True
+
+
+def _same_file(fd: int, file: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(file))
+    except FileNotFoundError:
+        return False
 
 
 class Session:
