@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import QConfig, per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -186,6 +187,28 @@ def test_int8_embedding_is_within_half_a_step_of_the_float_table():
     torch.testing.assert_close(int8.weight, q.float() * scale[:, None], rtol=0, atol=0)  # the dequantized table
     assert torch.equal(int8.weight[ids], got)
     assert not got[ids == 0].any()  # the padding row, zeros in the float table, stays zeros
+
+
+def test_an_output_tied_to_an_int8_table_multiplies_in_int8_never_making_the_float_table(monkeypatch):
+    from aiayn.layers import tied_linear
+
+    model = aiayn.build("bert-tiny", head="mlm")
+    int8 = quantize(model)
+    assert int8.mlm.tokens is int8.embed.tokens and isinstance(int8.mlm.tokens, Int8Embedding)  # still tied
+    hidden = torch.randn(2, 7, model.cfg.d_model)
+    with torch.no_grad():
+        expected = model.eval().mlm_logits(hidden)
+        h = int8.mlm.norm(int8.mlm.activation(int8.mlm.dense(hidden)))
+        table = int8.mlm.tokens
+        reference = Int8Linear(nn.Linear(model.cfg.d_model, model.cfg.vocab_size, bias=False).requires_grad_(False)
+                               .eval(), rows=(table.q, table.scale))(h) + int8.mlm.bias  # the same int8 rows
+        monkeypatch.setattr(Int8Embedding, "weight", property(lambda self: pytest.fail("made the float table")))
+        got = int8.mlm_logits(hidden)
+    torch.testing.assert_close(got, reference, rtol=0, atol=0)
+    assert float((got - expected).norm() / expected.norm()) < TOLERANCE
+    with torch.no_grad():  # and a float table is the plain product
+        torch.testing.assert_close(tied_linear(h, model.embed.tokens, model.mlm.bias),
+                                   F.linear(h, model.embed.tokens.weight, model.mlm.bias), rtol=0, atol=0)
 
 
 # --- decoding through int8 cross-attention -------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from aiayn.layers.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
 from aiayn.layers.blocks import NORMS, DecoderBlock, EncoderBlock, Stack, norm_layer
-from aiayn.layers.embedding import Embedding, check_ids
+from aiayn.layers.embedding import Embedding, check_ids, tied_linear
 from aiayn.layers.feedforward import FeedForward
 from aiayn.layers.kv_cache import DecoderCache, KVCache, LayerCache
 from aiayn.layers.masks import causal_mask, combine, padding_mask
@@ -59,4 +59,5 @@ __all__ = [
     "scaled_dot_product_attention",
     "sine_encoding_2d",
     "sinusoidal_encoding",
+    "tied_linear",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -125,3 +126,11 @@ class Embedding(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)
+
+
+def tied_linear(x: Tensor, table: nn.Embedding, bias: Tensor | None = None) -> Tensor:
+    """``x`` ``(..., C)`` times the token table's transpose, plus ``bias`` -> ``(..., V)``: the logits of an output
+    tied to the input embedding (BERT's masked-LM head). An int8 table (:func:`aiayn.layers.int8.quantize`)
+    multiplies in int8 instead of making the float table again on every call."""
+    int8 = getattr(table, "linear", None)
+    return F.linear(x, table.weight, bias) if int8 is None else int8(x, bias)

@@ -25,8 +25,10 @@ not tried. Creating the
 quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has no replacement that is as fast
 here, so the warning is silenced at that one call.
 
-A token table becomes :class:`Int8Embedding` (row-wise, as the output projection tied to it). Memory: the
-int8 model holds a quarter of the float32 bytes of every quantized matrix, plus one float per row.
+A token table becomes :class:`Int8Embedding` (row-wise, as the output projection tied to it); a head that
+multiplies by the table itself (BERT's masked LM, :func:`aiayn.layers.tied_linear`) uses the table's int8
+rows. Memory: the int8 model holds a quarter of the float32 bytes of every quantized matrix, plus one float per
+row.
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out, V vocabulary, C width.
 """
@@ -74,10 +76,12 @@ class Int8Linear(nn.Module):
     weight is held twice.
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, rows: tuple[Tensor, Tensor] | None = None) -> None:
+        """``linear`` in int8; ``rows``: its weight already in int8, ``(q, scale)`` of :func:`quantize_rows`
+        (a token table's, for the output tied to it), so the weight is not read."""
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        q, scale = quantize_rows(linear.weight)
+        q, scale = rows if rows is not None else quantize_rows(linear.weight)
         self._bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self._packs = {(0, self.out_features): _pack(q, scale)}  # (first row, end row) -> packed
         self._tiling: list[tuple[int, int]] | None = None  # slices that stand for the whole, once it is dropped
@@ -171,13 +175,24 @@ class Int8Embedding(nn.Module):
         self.scale: Tensor
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
+        self._product: Int8Linear | None = None  # the tied output's product, once used
 
     def forward(self, ids: Tensor) -> Tensor:  # (...) -> (..., C)
         return self.q[ids].float() * self.scale[ids, None]
 
+    def linear(self, x: Tensor, bias: Tensor | None = None) -> Tensor:
+        """``x`` ``(..., C)`` times the table's transpose, plus ``bias`` -> ``(..., V)``: an output tied to the
+        table (:func:`aiayn.layers.tied_linear`), multiplied in int8 as an :class:`Int8Linear` of the same
+        rows, packed on first use."""
+        if self._product is None:
+            shape = nn.Linear(self.embedding_dim, self.num_embeddings, bias=False, device="meta")
+            self._product = Int8Linear(shape, rows=(self.q, self.scale))
+        out = self._product(x)
+        return out if bias is None else out + bias
+
     @property
     def weight(self) -> Tensor:
-        """The table in float32 ``(V, C)``, made on each read (for heads that multiply by the whole table)."""
+        """The table in float32 ``(V, C)``, made on each read."""
         return self.q.float() * self.scale[:, None]
 
 

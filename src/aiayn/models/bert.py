@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers import Embedding, EncoderBlock, Stack, padding_mask
+from aiayn.layers import Embedding, EncoderBlock, Stack, padding_mask, tied_linear
 from aiayn.layers.embedding import check_ids
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
@@ -91,7 +91,7 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, hidden: Tensor) -> Tensor:  # (B, T, C) -> (B, T, V)
-        return F.linear(self.norm(self.activation(self.dense(hidden))), self.tokens.weight, self.bias)
+        return tied_linear(self.norm(self.activation(self.dense(hidden))), self.tokens, self.bias)
 
 
 class BERT(nn.Module):
