@@ -104,6 +104,7 @@ def lock(folder: Path) -> None:
     key = str(folder.resolve())
     if key in _held:
         return
+    folder.mkdir(parents=True, exist_ok=True)
     file = folder / ".lock"
     while True:
         fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
