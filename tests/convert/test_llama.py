@@ -125,6 +125,14 @@ def test_unsupported_configs_and_bad_keys_are_named():
         conv.convert({**config, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, tensors)
     with pytest.raises(ValueError, match="attention_bias=True and mlp_bias=False"):
         conv.convert({**config, "attention_bias": True}, tensors)
+    # a hub config.json's llama3 scaling without original_max_position_embeddings: transformers takes
+    # max_position_embeddings, and so do we; a missing factor is named
+    scaling = {k: v for k, v in LLAMA3.items() if k != "original_max_position_embeddings"}
+    old_style = {k: v for k, v in config.items() if k != "rope_parameters"}
+    assert conv.config({**old_style, "rope_scaling": scaling}).rope_scaling == {**scaling,
+                                                                               "original_max_position_embeddings": 64}
+    with pytest.raises(ValueError, match=r"type 'llama3' needs \['factor'\]"):
+        conv.config({**old_style, "rope_scaling": {k: v for k, v in scaling.items() if k != "factor"}})
     with pytest.raises(ValueError, match=r"unexpected keys.*model\.layers\.7"):
         conv.convert(config, {**tensors, "model.layers.7.input_layernorm.weight": torch.ones(48)})
     bad = {**tensors, "model.layers.0.self_attn.k_proj.weight": torch.zeros(48, 48)}  # 4 kv heads, not 2

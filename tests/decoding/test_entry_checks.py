@@ -69,3 +69,26 @@ def test_the_source_range_is_read_once_not_at_every_step(monkeypatch):
     assert [c for c in calls if c[0] == "src"] == [calls[0]]  # once, before the loop
     steps = [c for c in calls if c[0] == "ids"]
     assert len(steps) >= 2 and all(values == (device == "cpu") for _, values, device in steps)
+
+
+def too_long(decode):
+    """A call each decoding entry refuses after it has started (more positions than the model has)."""
+    from aiayn.decoding.beam import beam_search_lm
+
+    src, prompt = torch.tensor([[5, 6, 7]]), torch.tensor([[5, 6, 7]])
+    return {"greedy": lambda m: greedy(m, src, max_len=0),
+            "beam_search": lambda m: beam_search(m, src, max_len=0),
+            "generate": lambda m: m.generate(prompt, max_new_tokens=10_000),
+            "sample": lambda m: sample(m, [[5, 6, 7]], 10_000),
+            "stream": lambda m: next(stream(m, [[5, 6, 7]], 10_000)),
+            "beam_search_lm": lambda m: beam_search_lm(m, prompt, 10_000)}[decode]
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam_search", "generate", "sample", "stream", "beam_search_lm"])
+def test_a_refused_decoding_call_leaves_a_training_model_training(decode):
+    # decoding switches dropout off while it runs; a call that fails part-way must still give the mode back,
+    # or training would go on without dropout, silently
+    model = (translator() if decode in ("greedy", "beam_search") else lm()).train()
+    with pytest.raises(ValueError):
+        too_long(decode)(model)
+    assert model.training and all(m.training for m in model.modules())

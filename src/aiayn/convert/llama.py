@@ -55,7 +55,10 @@ def _rope(hf: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
         return theta, None
     if kind != "llama3":
         raise ValueError(f"rope type {kind!r} cannot be converted; only the default and 'llama3' can")
+    params.setdefault("original_max_position_embeddings", hf["max_position_embeddings"])  # as transformers does
     keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    if missing := [k for k in keys if k not in params]:
+        raise ValueError(f"rope scaling of type 'llama3' needs {missing}; the config gives {sorted(params)}")
     return theta, {"rope_type": "llama3", **{k: params[k] for k in keys}}
 
 

@@ -33,7 +33,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import EncoderDecoder, check_src, target_len
+from aiayn.decoding.greedy import EncoderDecoder, check_src, in_eval_mode, target_len
 from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
 from aiayn.layers.embedding import check_ids
 
@@ -172,6 +172,7 @@ def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: flo
 
 
 @torch.no_grad()
+@in_eval_mode
 def beam_search(
     model: nn.Module,
     src: Tensor,
@@ -213,8 +214,6 @@ def beam_search(
     max_len = target_len(model, src, max_len)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
-    was_training = model.training
-    model.eval()
     K = beam
     # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
     src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
@@ -233,11 +232,11 @@ def beam_search(
 
     ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty,
                         penalty, early_stopping, cfg.pad_id, src.device)
-    model.train(was_training)
     return (ids, sums) if return_scores else ids
 
 
 @torch.no_grad()
+@in_eval_mode
 def beam_search_lm(
     model: nn.Module,
     prompt: Tensor,
@@ -276,8 +275,6 @@ def beam_search_lm(
     if attention_mask is not None and tuple(attention_mask.shape) != (B, T):
         raise ValueError(f"attention_mask must be (batch, prompt length) = {(B, T)}, got "
                          f"{tuple(attention_mask.shape)}")
-    was_training = model.training
-    model.eval()
     K, device = beam, prompt.device
     prompt_k = prompt.repeat_interleave(K, dim=0)  # (B*K, T)
     real: Tensor | None = None
@@ -310,7 +307,6 @@ def beam_search_lm(
     pad = eos[0] if eos else first
     ids, sums = _search(step, reorder, B, K, first, eos, pad, max_new_tokens, length_penalty, penalty,
                         early_stopping, None, device)
-    model.train(was_training)
     return (ids, sums) if return_scores else ids
 
 

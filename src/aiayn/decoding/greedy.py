@@ -7,8 +7,10 @@ The model only needs the small protocol every encoder-decoder here has: ``encode
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -83,7 +85,34 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     return decode_with(model, src, lambda logits: logits.argmax(-1), max_len, use_cache)
 
 
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode inside the block (no dropout), and back in its own mode after it, even when the
+    block raises: decoding in the middle of training leaves training as it was."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+Decode = TypeVar("Decode", bound=Callable[..., Any])
+
+
+def in_eval_mode(decode: Decode) -> Decode:
+    """``decode(model, ...)`` run with its model :func:`evaluating` (a decorator)."""
+
+    @functools.wraps(decode)
+    def run(model: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        with evaluating(model):
+            return decode(model, *args, **kwargs)
+
+    return cast(Decode, run)
+
+
 @torch.no_grad()
+@in_eval_mode
 def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor], max_len: int | None = None,
                 use_cache: bool = True) -> Tensor:
     """Decode token by token, ``choose`` picking each next token ``(A,)`` from the logits ``(A, V)`` of the rows
@@ -93,8 +122,6 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
-    was_training = model.training
-    model.eval()
     max_len = target_len(model, src, max_len)
     memory = net.encode(src)
     out = torch.full((src.size(0), max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
@@ -116,5 +143,4 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
             alive, ys, memory, src = alive[keep], ys[keep], memory[keep], src[keep]
             if cache is not None:
                 cache.reorder(keep)
-    model.train(was_training)
     return out[:, :steps]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import decode_with
+from aiayn.decoding.greedy import decode_with, evaluating
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -136,8 +136,6 @@ def stream(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_prompts(model, prompts)
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     lengths = [len(p) for p in prompts]
     t, b = max(lengths), len(prompts)
@@ -153,7 +151,7 @@ def stream(
     cache = made if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     eos = end_ids(eos_id)
-    try:
+    with evaluating(model):
         for step in range(max_new_tokens):
             end = t + step  # positions filled so far
             begin = 0 if cache is None or step == 0 else end - 1
@@ -167,8 +165,6 @@ def stream(
             yield nxt
             if bool(done.all()):
                 break
-    finally:
-        model.train(was_training)
 
 
 def sample(
