@@ -129,7 +129,7 @@ def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_threa
     assert steps != 400 and 6 <= steps == len(fitted["history"])
 
 
-def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluate_reads_it(tmp_path):
+def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluate_reads_it(tmp_path, monkeypatch):
     from aiayn.recipes.base import average_points
 
     assert average_points(5, 1433) == [1205, 1262, 1319, 1376, 1433]  # the last 286 updates, 57 apart
@@ -161,3 +161,8 @@ def test_average_is_the_mean_of_the_weights_kept_over_the_last_fifth_and_evaluat
     gpt = aiayn.save(aiayn.build("gpt-tiny", vocab_size=16, n_layers=1), tmp_path / "gpt.safetensors")
     with pytest.raises(ValueError, match=r"are not of this run's model .*: a GPTConfig"):
         translate(run, ["abc"], weights=str(gpt))
+    # a file name is the run's file first, even where the working folder holds one of that name
+    (tmp_path / "elsewhere").mkdir()
+    wider.rename(tmp_path / "elsewhere" / "average.safetensors")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert translate(run, [s for s, _ in pairs], weights="average.safetensors") == hyps

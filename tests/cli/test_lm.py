@@ -66,6 +66,22 @@ def test_generate_streams_and_stops_at_a_stop_string(lm_run):
     assert seeded[0] == seeded[1] and seeded[0].strip()
 
 
+@pytest.mark.parametrize(("stop", "shown"), [(["-02"], " 190"), (["02-02"], " 190-"), (["0-0", "90"], " 1"),
+                                           (["-03"], " 190-02-02"), (["x"], " 190-02-02")])
+def test_a_stop_string_of_several_characters_is_never_shown_in_part(stop, shown, monkeypatch):
+    # the model writes " 190-02-02" a character at a time; a piece that may begin a stop string waits until the
+    # next ones tell: cut if it is one, shown if not (and at the end)
+    from types import SimpleNamespace
+
+    from aiayn.recipes import lm
+
+    chars = " 190-02-02"
+    tok = SimpleNamespace(eos_id=None, encode=lambda text: [0], decode=lambda ids: "".join(chars[i] for i in ids))
+    monkeypatch.setattr(lm, "stream", lambda *a, **k: (torch.tensor([i]) for i in range(len(chars))))
+    pieces = list(lm.stream_text(SimpleNamespace(cfg=SimpleNamespace(max_len=64)), tok, "p", stop=stop))
+    assert "".join(pieces) == shown and all(pieces)
+
+
 def test_an_lm_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tmp_path, monkeypatch):
     common = {"steps": 12, "n_train": 500, "n_test": 10, "block": 32, "batch_size": 4, "eval_every": 6,
               "save_every": 100, "progress": False, "verbose": False,

@@ -72,3 +72,31 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
     assert resumed["validation"] == straight["validation"]
+
+
+def test_a_refused_resume_leaves_the_runs_settings_as_they_were(tmp_path, one_thread):
+    # args.json is what the next resume reads: a resume that is refused (too few steps, a folder another process
+    # trains in) must not rewrite it, or the run could not be resumed as it was any more
+    import json
+    import subprocess
+    import sys
+
+    run = recipes.train("copy", steps=4, n_train=100, n_test=5, max_tokens=64, warmup=2, out=str(tmp_path),
+                        model={"d_model": 16, "n_heads": 2, "d_ff": 32}, progress=False, verbose=False)["run"]
+    before = (run / "args.json").read_text()
+    with pytest.raises(ValueError, match=r"steps=2 is fewer than the 4 updates .* give --steps 4 or more"):
+        recipes.resume(run, steps=2, progress=False, verbose=False)
+    assert (run / "args.json").read_text() == before
+    code = "import sys, time; from pathlib import Path; from aiayn.training.session import lock\n" \
+           "lock(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)"
+    other = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        with pytest.raises(RuntimeError, match="another process"):
+            recipes.resume(run, steps=9, progress=False, verbose=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert (run / "args.json").read_text() == before
+    assert len(recipes.resume(run, steps=6, progress=False, verbose=False)["history"]) == 6  # and it resumes
+    assert json.loads((run / "args.json").read_text())["steps"] == 6

@@ -85,6 +85,20 @@ def test_masked_lm_and_classification_models_convert():
                                    atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("cls", "said"), [("BertForTokenClassification", "BertForTokenClassification cannot"),
+                                         ("BertLMHeadModel", "is_decoder=True"),
+                                         ("BertForQuestionAnswering", "BertForQuestionAnswering cannot")])
+def test_bert_heads_we_do_not_compute_are_refused_not_converted_to_another(cls, said, tmp_path):
+    # a token classifier's weights are named as a sentence classifier's; a causal BERT's as a masked LM's
+    config = bert_config(num_labels=3, is_decoder=cls == "BertLMHeadModel")
+    model = getattr(transformers, cls)(config)
+    with pytest.raises(ValueError, match=said):
+        aiayn.from_hf(model)
+    model.save_pretrained(tmp_path)  # a folder says what it is in config.json's architectures
+    with pytest.raises(ValueError, match=said):
+        aiayn.from_hf(tmp_path)
+
+
 def test_padding_from_pad_id_equals_an_explicit_mask():
     torch.manual_seed(0)
     ours = aiayn.from_hf(randomized(transformers.BertModel(bert_config())))

@@ -80,6 +80,12 @@ def _head(src: Source) -> str:
 def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") -> BERT:
     """Our :class:`BERT` (with the head the weights carry) computing what the Hugging Face BERT computes."""
     src = Source(tensors, name)
+    if hf.get("is_decoder"):
+        raise ValueError(f"{name}: is_decoder=True (BertLMHeadModel) attends causally; only the bidirectional "
+                         f"BERT converts")
+    if other := [c for c in hf.get("architectures") or [] if c not in HF_CLASSES.values()]:
+        raise ValueError(f"{name}: {other[0]} cannot be converted (its head is not ours); "
+                         f"known: {', '.join(HF_CLASSES.values())}")
     cfg = config(hf, _head(src))
     pre = "bert." if "bert.embeddings.word_embeddings.weight" in src else ""
     out: dict[str, Tensor] = {

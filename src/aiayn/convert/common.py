@@ -126,7 +126,9 @@ def read_hf(source: Any, revision: str | None = None) -> tuple[dict[str, Any], d
     if revision is not None:
         raise ValueError("revision= applies to a model id, not to a transformers model object")
     if hasattr(source, "config") and hasattr(source, "state_dict"):
-        return source.config.to_dict(), dict(source.state_dict()), type(source).__name__
+        config = source.config.to_dict()
+        config["architectures"] = config.get("architectures") or [type(source).__name__]  # as save_pretrained does
+        return config, dict(source.state_dict()), type(source).__name__
     raise TypeError(f"from_hf takes a transformers model, a folder path or a model id, got {type(source).__name__}")
 
 

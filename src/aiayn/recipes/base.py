@@ -222,8 +222,13 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     # 128) rather than at 2^16, which would skip the first ~log2(tokens per batch) updates
     scaler = torch.amp.GradScaler(where.type, init_scale=128.0) if cfg.fp16 else None
     session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler)
-    if resume is not None:
+    if resume is not None:  # args.json changes only now: a refused resume leaves the run as it was
         done, _ = session.restore()
+        if cfg.minutes is None and done > cfg.steps:
+            session.unlock()
+            raise ValueError(f"steps={cfg.steps} is fewer than the {done} updates {folder} has done; give --steps "
+                             f"{done} or more")
+        session.record_args(cfg.to_dict())
         say(f"resuming {folder} after update {done} of {cfg.steps}")
 
     def after_update(step: int, history: list[dict[str, float]]) -> None:

@@ -179,6 +179,12 @@ def _cut(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[: min(hits)], True) if hits else (text, False)
 
 
+def _may_begin_stop(text: str, stop: list[str]) -> int:
+    """How many characters at the end of ``text`` could be the start of a stop string: they wait until the next
+    pieces tell whether it is one (and is cut) or not (and is shown)."""
+    return max((k for s in stop for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])), default=0)
+
+
 def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None, quantize: str | None = None):
     """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``).
 
@@ -236,21 +242,27 @@ def stream_text(model, tok, prompt: str, max_new_tokens: int = 200, temperature:
     if room < 1:
         raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
     gen = None if seed is None else torch.Generator(devices.of(model)).manual_seed(seed)
+    stop = [s for s in stop or [] if s]
     new: list[int] = []
-    shown = ""
+    shown = text = ""
+    stopped = False
     for nxt in stream(model, [ids], min(max_new_tokens, room), temperature, top_k, top_p, gen, tok.eos_id):
         token = int(nxt[0])
         if token == tok.eos_id:
             break
         new.append(token)
-        text, stopped = _cut(tok.decode(new), stop or [])
+        text, stopped = _cut(tok.decode(new), stop)
         if text.endswith("\ufffd") and not stopped:  # half of a multi-byte character: wait for the rest
             continue
-        if len(text) > len(shown):
-            yield text[len(shown):]
-            shown = text
+        ready = text if stopped else text[: len(text) - _may_begin_stop(text, stop)]
+        if len(ready) > len(shown):
+            yield ready[len(shown):]
+            shown = ready
         if stopped:
             break
+    rest = "" if stopped else text.removesuffix("\ufffd")[len(shown):]  # the end, and no stop string came
+    if rest:
+        yield rest
 
 
 @torch.no_grad()

@@ -267,7 +267,7 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
 
     Args:
         weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
-            (``best.safetensors``, ``average.safetensors``) or a path.
+            (``best.safetensors``, ``average.safetensors``), else a path.
         device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
             (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
 
@@ -281,7 +281,7 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
         raise FileNotFoundError(f"{run} holds no src_tokenizer.json: it is not a translation run (a language "
                                 f"model's run takes `aiayn generate`)")
     if weights is not None:
-        given, weights = weights, Path(weights) if Path(weights).is_file() else run / weights
+        given, weights = weights, run / weights if (run / weights).is_file() else Path(weights)  # the run's first
         if not weights.is_file():
             raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
         ours, theirs = saved_config(run), saved_config(weights)

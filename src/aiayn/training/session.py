@@ -52,10 +52,9 @@ def open_run(out: str | os.PathLike, name: str, args: dict[str, Any], resume: st
              files: dict[str, Any] | None = None) -> Path:
     """The run folder: ``resume``, or a new ``out/name`` (see :func:`new_run_dir`) holding ``args.json``
     and ``files`` (file name -> a tokenizer or anything with ``save(path)``, or JSON data). Several ranks:
-    rank 0 writes, every rank gets the folder."""
-    if resume is not None:  # its settings as this resume runs them (more steps, another device): the next reads them
-        if distributed.is_main():
-            write_json(Path(resume) / "args.json", args)
+    rank 0 writes, every rank gets the folder. A resumed run's ``args.json`` is left as it is: the resume
+    records its settings (:meth:`Session.record_args`) once it holds the folder and has read its state."""
+    if resume is not None:
         return Path(resume)
     run = new_run_dir(out, name)
     if distributed.is_main():
@@ -185,6 +184,12 @@ class Session:
             lock(folder)
         if distributed.sharding():
             distributed.shard_model(model, optimizer)
+
+    def record_args(self, args: dict[str, Any]) -> None:
+        """Write the settings this run goes on with (more steps, another device) to ``args.json``, which the next
+        resume reads."""
+        if distributed.is_main():
+            write_json(self.folder / "args.json", args)
 
     def unlock(self) -> None:
         """Free the folder once training is over, so that this same process (a notebook) or another can
