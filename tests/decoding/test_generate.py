@@ -171,6 +171,11 @@ def test_bad_arguments_are_named(marian):
         ours.generate(SOURCES, attention_mask=torch.ones_like(SOURCES))
     with pytest.raises(ValueError, match="decoder_start_token_id=3"):
         ours.generate(SOURCES, decoder_start_token_id=3)
+    eos = ours.cfg.eos_id  # its own end, as an id or a list of it alone (transformers' list form), is no change
+    assert torch.equal(ours.generate(SOURCES, eos_token_id=[eos]), ours.generate(SOURCES))
+    assert torch.equal(ours.generate(SOURCES, eos_token_id=eos), ours.generate(SOURCES))
+    with pytest.raises(ValueError, match=rf"eos_token_id=\[{eos}, 5\]: this model's is {eos}"):
+        ours.generate(SOURCES, eos_token_id=[eos, 5])
     with pytest.raises(ValueError, match="early_stopping"):
         ours.generate(SOURCES, num_beams=2, early_stopping="sometimes")
     gpt = aiayn.from_hf(gpt2())

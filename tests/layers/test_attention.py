@@ -42,6 +42,18 @@ def test_is_causal_equals_explicit_causal_mask():
     torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_is_causal_with_a_mask_or_fewer_queries_than_keys_is_refused_on_both_paths(need_weights):
+    # the fused kernel puts the diagonal top-left and refuses a mask; the explicit path put it bottom-right and
+    # dropped the mask: the two answered differently, so neither is taken
+    q, k, v = qkv(t=2, s=4)
+    with pytest.raises(ValueError, match=r"is_causal=True takes no mask .* T=2, S=4 .*causal_mask\(T, S\)"):
+        scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+    q, k, v = qkv(t=4, s=4)
+    with pytest.raises(ValueError, match="got a mask and T=4, S=4"):
+        scaled_dot_product_attention(q, k, v, causal_mask(4), is_causal=True, need_weights=need_weights)
+
+
 def test_additive_float_mask_is_added_to_scores():
     q, k, v = qkv()
     bias = torch.randn(3, 5, 7)

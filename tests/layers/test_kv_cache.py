@@ -55,3 +55,13 @@ def test_without_a_window_nothing_is_dropped_and_max_len_is_enforced():
     assert cache.first_visible(2) == 0 and cache.k.size(2) == 5
     with pytest.raises(ValueError, match="holds 5 positions; cannot add 3 to 3"):
         cache.append(torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
+
+
+def test_a_cache_given_another_batch_is_refused_by_name():
+    import aiayn
+
+    model = aiayn.build("gpt-tiny", vocab_size=20, n_layers=1).eval()
+    cache = model.new_cache(16)
+    model(torch.randint(0, 20, (3, 4)), cache=cache)
+    with pytest.raises(ValueError, match=r"holds a batch of 3 rows x 4 heads; the input has 2 x 4 .*new_cache"):
+        model(torch.randint(0, 20, (2, 1)), cache=cache)

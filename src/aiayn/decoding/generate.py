@@ -145,10 +145,10 @@ def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | N
              sampling: dict[str, Any] | None, num_beams: int, length_penalty: float, early_stopping: bool | str,
              eos_token_id: int | list[int] | None, pad_token_id: int | None, start: int | None,
              use_cache: bool) -> Tensor:
-    for name, given, own in (("eos_token_id", eos_token_id, cfg.eos_id), ("decoder_start_token_id", start,
-                                                                            cfg.bos_id)):
-        if given is not None and given != own:
-            raise ValueError(f"{name}={given}: this model's is {own} (its config's)")
+    if eos_token_id is not None and end_ids(eos_token_id) != (cfg.eos_id,):  # one id, or a list of it alone
+        raise ValueError(f"eos_token_id={eos_token_id}: this model's is {cfg.eos_id} (its config's), its only end")
+    if start is not None and start != cfg.bos_id:
+        raise ValueError(f"decoder_start_token_id={start}: this model's is {cfg.bos_id} (its config's)")
     if attention_mask is not None and not torch.equal(attention_mask.bool(), src != cfg.pad_id):
         raise ValueError(f"attention_mask must mark exactly the tokens that are not padding (pad_id {cfg.pad_id}): "
                          f"an encoder-decoder here masks its padding by id")

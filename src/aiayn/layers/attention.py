@@ -106,13 +106,22 @@ def scaled_dot_product_attention(
         mask: bool, ``True`` = may attend, broadcastable to ``(B, H, T, S)``; or a float tensor
             added to the scores (Swin's relative position bias plus its shift mask).
         dropout_p: dropout on the attention weights (training only; the caller passes 0 in eval).
-        is_causal: apply the causal mask without materialising it (``mask`` must be ``None``).
+        is_causal: apply the causal mask without materialising it (``mask`` must be ``None`` and T == S; the last
+            T queries of S keys take ``mask=causal_mask(T, S)``).
         need_weights: take the explicit path and return the weights too.
 
     Returns:
         ``(out, weights)``: ``(B, H, T, Dv)`` and, if asked for, ``(B, H, T, S)``, else ``None``.
         A query row with nothing to attend to gets zeros, never NaN.
+
+    Raises:
+        ValueError: ``is_causal`` with a ``mask``, or with T != S (where the fused kernel and the explicit path
+            would put the diagonal in different places).
     """
+    if is_causal and (mask is not None or q.size(-2) != k.size(-2)):
+        raise ValueError(f"is_causal=True takes no mask and as many queries as keys; got "
+                         f"{'a mask and ' if mask is not None else ''}T={q.size(-2)}, S={k.size(-2)} (give "
+                         f"mask=causal_mask(T, S), combined with yours, instead)")
     empty = None
     if mask is not None and mask.dtype == torch.bool:
         mask, empty = _safe(mask, ask=mask.device.type == "cpu")

@@ -58,6 +58,9 @@ class KVCache:
         t = k.size(2)
         if self.length + t > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; cannot add {t} to {self.length}")
+        if self.k is not None and k.shape[:2] != self.k.shape[:2]:
+            raise ValueError(f"this KV cache holds a batch of {self.k.size(0)} rows x {self.k.size(1)} heads; the "
+                             f"input has {k.size(0)} x {k.size(1)} (a new batch takes a new cache: new_cache)")
         start = self.first_visible(t)
         keep, frm = self.length - start, start - self.start  # positions kept, and where they are now
         if self.k is None or self.v is None or keep + t > self.capacity:  # new buffers, large enough
