@@ -46,8 +46,8 @@ class Pipeline:
     @property
     def parts(self) -> dict[str, Any]:
         """What the model works with besides itself, by name: ``src_tok`` and ``tgt_tok`` (translate), ``tok``
-        (generate, embed, a textclass run's classify), ``max_len`` (embed), ``classes`` (textclass),
-        ``detector`` (detect)."""
+        (generate, embed, a textclass run's classify), ``max_len`` (embed and textclass: the tokens a text is cut
+        to), ``classes`` (textclass), ``detector`` (detect)."""
         return dict(self._parts)
 
     def _need(self, task: str) -> None:
@@ -113,7 +113,7 @@ class Pipeline:
 
             parts = self._parts
             return classify_texts(cast("BERT", self.model), parts["tok"], parts["classes"], cast(list, images),
-                                  min(top, len(parts["classes"])))
+                                  min(top, len(parts["classes"])), parts["max_len"])
         if top < 1:
             raise ValueError(f"top must be >= 1, got {top}")
         pictures = [x if isinstance(x, Tensor) else read_image_file(x) for x in images]
@@ -166,10 +166,10 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         return _hf_pipeline(folder, run_on)
     kind = type(saved_config(folder)).__name__
     if kind in ("BertConfig", "GPTConfig") and (folder / "classes.json").is_file():  # a textclass run
-        from aiayn.recipes.textclass import load_classifier
+        from aiayn.recipes.textclass import load_classifier, text_length
 
         model, tok, classes = load_classifier(folder, **run_on)
-        return Pipeline("classify", model, folder, tok=tok, classes=classes)
+        return Pipeline("classify", model, folder, tok=tok, classes=classes, max_len=text_length(folder, model))
     if kind == "GPTConfig":
         model, tok = lm.load_lm_run(folder, **run_on)
         return Pipeline("generate", model, folder, tok=tok)

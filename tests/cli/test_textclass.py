@@ -47,6 +47,27 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, 
     assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
 
 
+def test_evaluate_and_classify_cut_texts_where_training_cut_them(tmp_path):
+    # a model of 64 positions trained on texts cut to 6 tokens (as a BERT of 512 fine-tuned at --max-len 128):
+    # scoring the run's own test split must read what training read, and give run.json's accuracy
+    texts, labels, _ = date_halves(600, seed=4)
+    (tmp_path / "d.tsv").write_text("".join(f"{'ab'[y]}\t{t}\n" for t, y in zip(texts, labels)))
+    run = recipes.train("textclass", data=str(tmp_path / "d.tsv"), steps=120, warmup=20, eval_every=120,
+                        batch_size=32, max_len=6, model={"d_model": 64, "d_ff": 128, "max_len": 64},
+                        out=str(tmp_path), **QUIET)["run"]
+    assert aiayn.load(run).cfg.max_len == 64
+    saved = json.loads((run / "run.json").read_text())
+    assert saved["test_loss"] < 0.6  # it learned something (ln 2 = 0.69 is chance): what it reads matters
+    scores = evaluate(run, data=str(tmp_path / "d.tsv"), split="test")
+    assert scores["accuracy"] == pytest.approx(saved["test_accuracy"])
+    assert scores["loss"] == pytest.approx(saved["test_loss"], rel=1e-4)  # the same probabilities, not only answers
+    model, tok, classes = load_classifier(run)
+    p = aiayn.pipeline(run)
+    assert p.parts["max_len"] == 6
+    assert p.classify(texts[:20], top=2) == classify_texts(model, tok, classes, texts[:20], 2, max_len=6)
+    assert p.classify(texts[:20], top=2) != classify_texts(model, tok, classes, texts[:20], 2)  # 64 reads more
+
+
 def test_a_gpt_classifier_reads_the_last_token_and_learns_the_half_years(tmp_path, capsys):
     result = recipes.train("textclass", model_type="gpt", n_examples=1000, steps=80, warmup=20, eval_every=40,
                            batch_size=32, model={"d_model": 64, "d_ff": 128, "n_layers": 2}, out=str(tmp_path),

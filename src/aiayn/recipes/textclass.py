@@ -24,6 +24,7 @@ confusion matrix (``confusion.png``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +80,6 @@ def pad_of(tok: Any) -> int:
 
 def load_text_tokenizer(path: str | os.PathLike) -> Any:
     """A textclass run's ``tokenizer.json``: BERT's WordPiece, or a GPT's (:func:`aiayn.data.load_tokenizer`)."""
-    import json
-
     model = json.loads(Path(path).read_text(encoding="utf-8")).get("model")
     if isinstance(model, dict) and model.get("type") == "WordPiece":
         return WordPieceTokenizer.load(path)
@@ -268,8 +267,6 @@ def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None
                     quantize: str | None = None) -> tuple[BERT | GPT, Any, list[str]]:
     """``(model, tokenizer, class names)`` of a textclass run (a BERT or a GPT classifier), ready
     (:func:`aiayn.recipes.loading.ready`)."""
-    import json
-
     run = Path(run)
     model = load_model(run, device, quantize)
     if not ((isinstance(model, BERT) and model.classifier is not None)
@@ -278,6 +275,14 @@ def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None
     classes = json.loads((run / "classes.json").read_text()) if (run / "classes.json").is_file() else \
         [str(i) for i in range(model.cfg.num_labels)]
     return model, load_text_tokenizer(run / "tokenizer.json"), classes
+
+
+def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
+    """The tokens a text of ``run`` is cut to: the ``max_len`` it was trained with (``args.json``), which may be
+    fewer than the model's positions (a BERT of 512 fine-tuned on 128), else the model's."""
+    args = Path(run) / "args.json"
+    trained = json.loads(args.read_text()).get("max_len") if args.is_file() else None
+    return min(trained or model.cfg.max_len, model.cfg.max_len)
 
 
 def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str | None = None, *,
@@ -303,21 +308,22 @@ def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str
         args = read_args(run)
         texts, labels = split(texts, labels, args["val_fraction"], args["test_fraction"],
                               args["split_seed"])[parts.index(split_name)]
-    rows = encode(tok, texts, model.cfg.max_len)
+    rows = encode(tok, texts, text_length(run, model))
     return {**scores(predict(model, rows, pad_of(tok)), torch.tensor(labels), classes),
             "classes": classes, "n": len(rows)}
 
 
 @torch.no_grad()
 def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[str],
-                   top: int = 1) -> list[dict[str, Any]]:
+                   top: int = 1, max_len: int | None = None) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each text under a loaded classifier: one
-    ``{"text", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images get them)."""
+    ``{"text", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images get them). Texts
+    are cut to ``max_len`` tokens (a run's :func:`text_length`; default the model's positions)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
     if not 1 <= top <= len(classes):
         raise ValueError(f"top must be in [1, {len(classes)}], got {top}")
-    probs = predict(model, encode(tok, texts, model.cfg.max_len), pad_of(tok)).softmax(-1)
+    probs = predict(model, encode(tok, texts, max_len or model.cfg.max_len), pad_of(tok)).softmax(-1)
     best = probs.topk(top, dim=-1)
     return [{"text": text, "top": [{"class": classes[i], "probability": p}
                                    for p, i in zip(values.tolist(), index.tolist())]}
@@ -325,4 +331,4 @@ def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[
 
 
 __all__ = ["Config", "TextClassification", "classify_texts", "date_halves", "load_classifier", "load_text_tokenizer",
-           "scores", "text_scores"]
+           "scores", "text_length", "text_scores"]
