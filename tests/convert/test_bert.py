@@ -145,6 +145,13 @@ def test_a_folder_with_pytorch_weights_and_only_vocab_txt_embeds_the_same(tmp_pa
         shutil.copy(folder / name, tmp_path / name)
     torch.save(load_file(folder / "model.safetensors"), tmp_path / "pytorch_model.bin")  # the older format
     torch.testing.assert_close(aiayn.embed(tmp_path, SENTENCES), aiayn.embed(folder, SENTENCES), atol=1e-6, rtol=0)
+    # converted to a run folder it keeps its tokenizer (vocab.txt and its casing, as tokenizer.json) and length
+    from aiayn.convert.folder import convert
+
+    for source in (tmp_path, folder):
+        run = convert(source, tmp_path / "runs" / source.name)
+        assert {"tokenizer.json", "model.safetensors"} <= {p.name for p in run.iterdir()}
+        torch.testing.assert_close(aiayn.embed(run, SENTENCES), aiayn.embed(folder, SENTENCES), atol=1e-6, rtol=0)
 
 
 def test_mean_pooling_ignores_padding():

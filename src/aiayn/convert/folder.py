@@ -70,6 +70,12 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
     aiayn.save(model, out)
     if (folder / "tokenizer.json").is_file():
         shutil.copyfile(folder / "tokenizer.json", out / "tokenizer.json")
+    elif model_type == "bert" and (folder / "vocab.txt").is_file():  # vocab.txt and do_lower_case, as one file
+        from aiayn.recipes.mlm import bert_tokenizer
+
+        bert_tokenizer(folder).save(out / "tokenizer.json")
+    if (folder / "sentence_bert_config.json").is_file():  # sentence-transformers' length limit (aiayn embed)
+        shutil.copyfile(folder / "sentence_bert_config.json", out / "sentence_bert_config.json")
     for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
         tok.save(out / name)
     return out
