@@ -109,12 +109,14 @@ def test_viz_out_ending_in_png_is_the_file(tmp_path):
 def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_thread):
     sizes = {"copy": {"n_train": 300, "n_test": 10, "max_tokens": 128},
              "lm": {"n_train": 200, "n_test": 5, "block": 16, "batch_size": 4}}[task]
-    result = recipes.train(task, minutes=0.1, warmup=5, out=str(tmp_path), progress=False, verbose=False,
-                           model={"d_model": 32}, **sizes)
+    result = recipes.train(task, minutes=0.1, warmup=5, eval_every=2, out=str(tmp_path), progress=False,
+                           verbose=False, model={"d_model": 32}, **sizes)
     saved = json.loads((result["run"] / "args.json").read_text())
     # the fitted count replaced the 1,000-odd default: what 6 seconds of updates allow, at least the timed ones + 1
     assert saved["minutes"] == 0.1 and 6 <= saved["steps"] == len(result["history"]) < 1000
-    assert result["validation"][-1]["step"] == saved["steps"]
+    # every eval_every-th update validated, the 5 timed ones too, and the last
+    steps = saved["steps"]
+    assert [r["step"] for r in result["validation"]] == sorted({*range(2, steps + 1, 2), steps})
     longer = recipes.resume(result["run"], steps=saved["steps"] + 2, progress=False, verbose=False)
     assert len(longer["history"]) == saved["steps"] + 2
     assert json.loads((result["run"] / "args.json").read_text())["steps"] == saved["steps"] + 2  # a next resume

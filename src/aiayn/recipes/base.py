@@ -216,7 +216,7 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     optimizer = task.optimizer()
     if cfg.init_from is not None and (cfg.freeze or cfg.body_lr != 1.0):
         optimizer = finetune.body_rate(optimizer, task.model, loaded, cfg.body_lr)
-    plan: dict[str, Any] = {"total": cfg.steps}  # "keep": the updates whose weights are averaged
+    plan: dict[str, Any] = {"total": cfg.steps, "keep": []}  # "keep": the updates whose weights are averaged
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: task.schedule(i, plan["total"]))
     # fp16: losses here are sums over tokens, so their gradients are large: start the loss scale low (fairseq's
     # 128) rather than at 2^16, which would skip the first ~log2(tokens per batch) updates
@@ -245,7 +245,9 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     if cfg.minutes is not None and (resume is None or session.step <= _timed_updates(cfg)):
         # (a resume stopped while the first updates were timed times the rest of them; one stopped just after
         # gets the same count again, from the same records)
-        plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, options, folder, say)
+        # (the timed updates validate as the rest do: every eval_every, its time counted in an update's)
+        timing = {**options, "every": cfg.eval_every, "callback": after_update}
+        plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, timing, folder, say)
     plan["keep"] = average_points(cfg.average, plan["total"])
     history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}",
                           every=1 if plan["keep"] else cfg.eval_every, callback=after_update, **options)
