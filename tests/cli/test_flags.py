@@ -92,6 +92,25 @@ def test_a_config_file_is_read_and_flags_override_it(tmp_path):
         to_config(["--config", str(file)], _Parser)
 
 
+@pytest.mark.parametrize(("setting", "said"), [({"steps": 3.5}, "steps must be an int, got 3.5"),
+                                             ({"steps": "x"}, "steps must be an int, got 'x'"),
+                                             ({"eval_every": True}, "eval_every must be an int, got True"),
+                                             ({"lr_factor": "big"}, "lr_factor must be a float, got 'big'"),
+                                             ({"name": 5}, "name must be a str or None, got 5"),
+                                             ({"compile": "yes"}, "compile must be a bool, got 'yes'")])
+def test_a_setting_of_the_wrong_type_is_refused_by_name_before_anything_is_written(setting, said, tmp_path):
+    # a --config file or a Python caller can give any type; a float step count once wrote the run folder and then
+    # failed deep in training
+    with pytest.raises(TypeError, match=said):
+        recipes.train("translation", out=str(tmp_path), **setting)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_lone_string_is_a_list_of_one_where_a_list_is_wanted():
+    cfg = recipes.config("translation", data="copy", lr_factor=2)  # an int where a float is wanted is a number
+    assert cfg.data == ["copy"] and cfg.made_up and cfg.lr_factor == 2
+
+
 def test_named_presets_are_a_task_and_settings():
     cfg = recipes.config("multi30k-de-en", data_dir="x")
     assert cfg.recipe == "translation" and cfg.data == ["multi30k"] and cfg.model["d_model"] == 256

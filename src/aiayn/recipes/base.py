@@ -24,6 +24,8 @@ import dataclasses
 import math
 import os
 import time
+import types
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +87,7 @@ class RecipeConfig:
     name: str | None = setting(None, "run folder name (default: from the task and data)")
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name in ("steps", "accum"):
             _at_least(self, name, 1)
         for name in ("warmup", "eval_every", "save_every", "average"):
@@ -105,6 +108,30 @@ class RecipeConfig:
     def to_dict(self) -> dict[str, Any]:
         """What ``args.json`` holds: the recipe's name and every field."""
         return {"recipe": self.recipe, **dataclasses.asdict(self)}
+
+
+def _check_types(cfg: Any) -> None:
+    """Refuse a setting of the wrong type, naming it (a ``--config`` file or a Python caller can give any): a
+    whole number where an int is wanted, a number where a float is (an int will do), ``True``/``False`` for a
+    bool, text for a str; ``None`` only where the setting may be unset. A lone string for a list setting is taken
+    as a list of one (``data="copy"``)."""
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value, want = getattr(cfg, f.name), hints[f.name]
+        kinds = typing.get_args(want) if isinstance(want, types.UnionType) else (want,)
+        if value is None and type(None) in kinds:
+            continue
+        kind = next(k for k in kinds if k is not type(None))
+        if kind is list and isinstance(value, str):
+            object.__setattr__(cfg, f.name, [value])
+            continue
+        if kind in (int, float):  # True is an int to Python, not a number of updates
+            ok = isinstance(value, int if kind is int else (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise TypeError(f"{f.name} must be {'a' if kind is not int else 'an'} {kind.__name__}"
+                            f"{' or None' if type(None) in kinds else ''}, got {value!r}")
 
 
 def _at_least(cfg: Any, name: str, low: float) -> None:
