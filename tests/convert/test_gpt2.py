@@ -96,3 +96,5 @@ def test_a_saved_folder_converts_and_bad_keys_are_named(tmp_path):
         conv.convert(config, {**tensors, "transformer.h.9.ln_1.weight": torch.ones(48)})
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         conv.convert({**config, "scale_attn_by_inverse_layer_idx": True}, tensors)
+    with pytest.raises(ValueError, match=r"embd_pdrop=0\.3 and resid_pdrop=0\.1 must agree"):  # one dropout here
+        conv.convert({**config, "embd_pdrop": 0.3, "resid_pdrop": 0.1}, tensors)

@@ -96,6 +96,21 @@ def test_greedy_generate_equals_hugging_face_for_a_left_padded_batch(case):
 
 
 @pytest.mark.parametrize("beams", [1, 3])
+def test_a_config_without_an_end_token_generates_to_its_length_as_hugging_face_does(beams, tmp_path):
+    hf = hf_model(eos_token_id=None)
+    with torch.no_grad():  # make the last id likely: it was taken for the end token before
+        hf.lm_head.weight[96] = hf.lm_head.weight[10] * 1.5
+    ours = aiayn.from_hf(hf)
+    assert ours.cfg.eos_id is None and ours.cfg.stop_ids == ()
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    expected = hf.generate(ids, max_new_tokens=10, do_sample=False, num_beams=beams, pad_token_id=0)
+    got = ours.generate(ids, max_new_tokens=10, num_beams=beams, pad_token_id=0)
+    assert got.tolist() == expected.tolist() and got.size(1) == 14 and 96 in got[:, 4:]
+    aiayn.to_hf(ours, tmp_path)  # and the exported config says none either
+    assert transformers.AutoConfig.from_pretrained(tmp_path).eos_token_id is None
+
+
+@pytest.mark.parametrize("beams", [1, 3])
 def test_several_end_tokens_end_rows_where_hugging_face_ends_them(beams):
     # Llama 3.1's chat models list three ends; generation stops at any of them. The two extra ends are tokens the
     # model produces part-way through rows 0 and 2 when only 96 ends, so both rows must stop earlier.

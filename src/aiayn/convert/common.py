@@ -169,12 +169,12 @@ def attention(src: Source, ours: str, theirs: str, out: dict[str, Tensor],
 
 def gpt_ends(hf: dict[str, Any]) -> dict[str, Any]:
     """Our ``eos_id`` and ``stop_ids`` for a decoder's ``eos_token_id``: one id, a list (Llama 3.1's chat models
-    list three; the first is ``eos_id``), or none (the vocabulary's last id, as GPT-2's)."""
+    list three; the first is ``eos_id``), or none (no end token: generation runs to its length, as transformers')."""
     eos = hf.get("eos_token_id")
     ids = list(eos) if isinstance(eos, list) else [] if eos is None else [eos]
-    return {"eos_id": ids[0] if ids else hf["vocab_size"] - 1, "stop_ids": tuple(ids[1:])}
+    return {"eos_id": ids[0] if ids else None, "stop_ids": tuple(ids[1:])}
 
 
-def hf_ends(cfg: Any) -> int | list[int]:
+def hf_ends(cfg: Any) -> int | list[int] | None:
     """A decoder config's ``eos_token_id`` for our ``eos_id`` and ``stop_ids`` (the inverse of :func:`gpt_ends`)."""
     return [cfg.eos_id, *cfg.stop_ids] if cfg.stop_ids else cfg.eos_id

@@ -48,6 +48,9 @@ def config(hf: dict[str, Any]) -> GPTConfig:
                          "must be true and scale_attn_by_inverse_layer_idx false")
     if hf["activation_function"] not in ACTIVATIONS:
         raise ValueError(f"activation_function={hf['activation_function']!r} is not one of {sorted(ACTIVATIONS)}")
+    if hf.get("embd_pdrop", hf["resid_pdrop"]) != hf["resid_pdrop"]:  # training only, but it would change it
+        raise ValueError(f"embd_pdrop={hf['embd_pdrop']} and resid_pdrop={hf['resid_pdrop']} must agree: our GPT "
+                         f"has one dropout (set both in config.json to the one to train with)")
     return GPTConfig(
         vocab_size=hf["vocab_size"], max_len=hf["n_positions"], d_model=hf["n_embd"], n_heads=hf["n_head"],
         n_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * hf["n_embd"], dropout=hf["resid_pdrop"],

@@ -116,10 +116,11 @@ def generate(
     budget = _budget(max_new_tokens, max_length, input_ids.size(1))
     if max_new_tokens is None and max_length is None:  # the default stops at the last position, as transformers'
         budget = max(1, min(budget, cfg.max_len - input_ids.size(1)))
-    eos = end_ids((cfg.eos_id, *getattr(cfg, "stop_ids", ())) if eos_token_id is None else eos_token_id)
-    if not eos:
+    own = () if cfg.eos_id is None else (cfg.eos_id, *getattr(cfg, "stop_ids", ()))  # None: no end token
+    eos = end_ids(own if eos_token_id is None else eos_token_id)
+    if eos_token_id is not None and not eos:
         raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, or a list of at least one")
-    pad = eos[0] if pad_token_id is None else pad_token_id
+    pad = (eos[0] if eos else 0) if pad_token_id is None else pad_token_id  # (no end: no row is padded)
     if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
         raise ValueError(f"attention_mask must be shaped as input_ids {tuple(input_ids.shape)}, got "
                          f"{tuple(attention_mask.shape)}")

@@ -54,8 +54,9 @@ class GPTConfig:
     """Sizes of a decoder-only language model; defaults are GPT-2 small (124M).
 
     ``dropout`` is GPT-2's ``resid_pdrop`` and ``embd_pdrop``, ``attention_dropout`` its ``attn_pdrop``.
-    ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256); ``stop_ids`` are other tokens that end it too
-    (Llama 3.1's chat models list three ends: ``eos_id`` 128001, then ``<|eom_id|>`` and ``<|eot_id|>``).
+    ``eos_id`` ends generation (GPT-2's ``<|endoftext|>``, 50256; ``None``: no token does, as a Hugging Face
+    config without ``eos_token_id``); ``stop_ids`` are other tokens that end it too (Llama 3.1's chat models list
+    three ends: ``eos_id`` 128001, then ``<|eom_id|>`` and ``<|eot_id|>``).
 
     Llama's switches (module docstring): ``positional="rope"`` with ``rope_theta`` and ``rope_scaling`` (Hugging
     Face's dict, ``{"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
@@ -80,7 +81,7 @@ class GPTConfig:
     activation: str = "gelu_tanh"
     layer_norm_eps: float = 1e-5
     tie_output: bool = True
-    eos_id: int = 50256
+    eos_id: int | None = 50256
     positional: str = "learned"
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None
@@ -104,7 +105,7 @@ class GPTConfig:
         check_positive(self, "num_labels")
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id={self.pad_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
-        if not 0 <= self.eos_id < self.vocab_size:
+        if self.eos_id is not None and not 0 <= self.eos_id < self.vocab_size:
             raise ValueError(f"eos_id={self.eos_id} must be a token id inside the vocabulary [0, {self.vocab_size})")
         object.__setattr__(self, "stop_ids", tuple(self.stop_ids))  # a list read back from JSON compares equal
         if not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in self.stop_ids):
