@@ -71,6 +71,14 @@ def test_a_flag_the_recipe_does_not_take_is_refused(task, capsys):
         assert len(err.strip().splitlines()) == 1 and f"aiayn train {task}: error:" in err
 
 
+def test_a_recipe_named_twice_is_refused_and_named_once_is_taken(capsys):
+    with pytest.raises(SystemExit) as exit:  # the first word won silently before
+        to_config(["lm", "--task", "translation"], _Parser)
+    assert exit.value.code == 2 and "named twice: 'lm' and --task translation" in capsys.readouterr().err
+    assert to_config(["lm", "--task", "lm"], _Parser)[0].recipe == "lm"
+    assert to_config(["--task", "lm"], _Parser)[0].recipe == "lm"
+
+
 def test_a_device_the_package_does_not_know_and_two_precisions_are_refused(capsys):
     for args in (["--device", "gpu"], ["--device", "cuda:x"], ["--bf16", "--fp16"]):
         with pytest.raises(SystemExit) as exit:

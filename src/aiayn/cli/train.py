@@ -103,6 +103,8 @@ def to_config(argv: list[str], parser_class: type[argparse.ArgumentParser]
         parser_class(prog="aiayn train").error(f"unknown recipe {name!r}: expected one of {recipes.names()}")
     p = parser(name, parser_class)
     args = p.parse_args(argv[1:] if argv and argv[0] == name else argv)  # the name, if first, is in prog
+    if getattr(args, "task", None) not in (None, name):
+        p.error(f"the recipe is named twice: {name!r} and --task {args.task}; give one")
     given = {k: v for k, v in vars(args).items() if k not in RUN_FLAGS}
     if getattr(args, "resume", None) is not None:
         extra = sorted(set(given) - RESUME_MAY_CHANGE) + (["--set"] if getattr(args, "set", None) else []) + (
