@@ -46,6 +46,17 @@ def test_formulas_equal_flop_counter_measurement_part_by_part(name, size):
     assert measured.macs["attention scores"] > 0 and measured.macs["attention projections"] > 0
 
 
+@pytest.mark.parametrize("name, fields", [("gpt-tiny", {"head": "classification", "num_labels": 3}),
+                                          ("transformer-tiny", {"share_embeddings": False, "tgt_vocab_size": 50})],
+                         ids=["gpt-classifier", "smaller-target-vocabulary"])
+def test_formulas_equal_measurement_for_a_gpt_classifier_and_a_smaller_target_vocabulary(name, fields):
+    # the classifier's C x K was left out of the formulas; target ids were drawn from the source vocabulary
+    model = aiayn.build(name, **fields)
+    measured, formula = measure(model, seq_len=16, batch=2), counts(model.cfg, seq_len=16, batch=2)
+    assert sum(formula.parameters.values()) == aiayn.count_parameters(model)
+    assert measured.parameters == formula.parameters and measured.macs == formula.macs
+
+
 @pytest.mark.parametrize("scoring", ["bilinear", "additive", "dot", "hard-argmax"])
 def test_formulas_count_the_encoder_decoder_scorers_weights_and_products(scoring):
     model = aiayn.build("transformer-tiny", cross_scoring=scoring)

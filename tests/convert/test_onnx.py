@@ -109,6 +109,16 @@ def test_greedy_decoding_through_onnxruntime_gives_our_tokens_on_a_padded_batch(
     assert torch.equal(OnnxSeq2Seq(folder, threads=1).greedy(src, max_len=14), generated)
 
 
+def test_greedy_decoding_by_default_stops_at_the_positions_the_graphs_hold(tmp_path):
+    # the default length, S + 50, is capped at max_len as greedy caps it (it was refused above 32 here)
+    torch.manual_seed(0)
+    model = aiayn.build("bart-tiny", src_vocab_size=24, tgt_vocab_size=24, d_model=32, d_ff=64, n_encoder_layers=1,
+                        n_decoder_layers=1, dropout=0.0, max_len=32).eval()
+    src = padded_src(model.cfg)
+    assert model.cfg.max_len < src.size(1) + 50
+    assert torch.equal(OnnxSeq2Seq(to_onnx(model, tmp_path), threads=1).greedy(src), greedy(model, src))
+
+
 @torch.no_grad()
 def test_gpt_steps_give_the_logits_of_our_cached_forward_and_of_recomputing_from_left_padded_prompts(gpt):
     """A first step of five positions on an empty past, then one at a time; a padded position attends to

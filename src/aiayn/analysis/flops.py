@@ -35,6 +35,7 @@ from aiayn.layers import MultiHeadAttention, record_attention
 
 if TYPE_CHECKING:
     from aiayn.models.bert import BERT
+    from aiayn.models.gpt import GPT
 
 aten = torch.ops.aten
 _PROJECTIONS = {aten.mm, aten.addmm}
@@ -81,12 +82,21 @@ def example_forward(model: nn.Module, seq_len: int | None = None, image_size: in
         images = torch.randn(batch, cfg.in_channels, h, w)
         return lambda: model(images)
     t = seq_len or cast(int, default_size(cfg))  # a text family's: its max_len
-    if family == "transformer":
-        ids = torch.randint(3, cfg.src_vocab_size, (batch, t))  # 0, 1, 2 hold pad, bos and eos in every preset
-        return lambda: model(ids, ids)
+    if family == "transformer":  # 0, 1, 2 hold pad, bos and eos in every preset
+        src, tgt = (torch.randint(3, v, (batch, t)) for v in (cfg.src_vocab_size, cfg.tgt_vocab_size))
+        return lambda: model(src, tgt)
     if family == "gpt":
         ids = torch.randint(0, cfg.vocab_size, (batch, t))
-        return lambda: model(ids)
+        score = cast("GPT", model).score
+        if score is None:
+            return lambda: model(ids)
+
+        def classifier() -> Tensor:  # the logits, then the class head on one (the last) position of each row
+            logits = model(ids)
+            cast(nn.Module, score)(logits.new_zeros(batch, cfg.d_model))
+            return logits
+
+        return classifier
     ids = torch.randint(1, cfg.vocab_size, (batch, t))  # BERT: not pad_id
     bert_model = cast("BERT", model)  # the one family left
 

@@ -221,7 +221,8 @@ def gpt(cfg: Any, seq_len: int) -> Counts:
 
     Llama's switches: rotary positions have no table (and no matmul), RMSNorm C parameters, SwiGLU a third
     C x F matrix, grouped heads smaller W^K and W^V (:func:`attention`), no biases. A sliding window is counted
-    over the full square, as the causal mask is.
+    over the full square, as the causal mask is. A classifier (``head="classification"``) adds C x K without a
+    bias on the last token (GPT-2's ``score``).
     """
     c = cfg.d_model
     embed = table(cfg.vocab_size, c) + (table(cfg.max_len, c) if cfg.positional == "learned" else NONE)
@@ -229,8 +230,9 @@ def gpt(cfg: Any, seq_len: int) -> Counts:
     layer = (attention(seq_len, seq_len, c, bias=cfg.bias, kv=cfg.kv_heads * (c // cfg.n_heads))
              + feed_forward(seq_len, c, cfg.d_ff, bias=cfg.bias, gated=cfg.activation == "swiglu")
              + layer_norm(c, 2, rms=rms))
+    score = linear(1, c, cfg.num_labels, bias=False) if cfg.head == "classification" else NONE
     return embed + cfg.n_layers * layer + layer_norm(c, rms=rms) + linear(seq_len, c, cfg.vocab_size, bias=False,
-                                                                          weight=not cfg.tie_output)
+                                                                          weight=not cfg.tie_output) + score
 
 
 def bert(cfg: Any, seq_len: int) -> Counts:

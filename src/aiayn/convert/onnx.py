@@ -435,7 +435,8 @@ class OnnxSeq2Seq:
         src_ids = _ids(src, self.cfg["src_vocab_size"], "src")
         pad, bos, eos = self.cfg["pad_id"], self.cfg["bos_id"], self.cfg["eos_id"]
         b = src_ids.shape[0]
-        max_len = src_ids.shape[1] + 50 if max_len is None else max_len
+        if max_len is None:  # S + 50 (section 6.1), no more than the graphs hold
+            max_len = min(src_ids.shape[1] + 50, self.cfg["max_len"])
         longest = max(src_ids.shape[1], max_len)
         if longest > self.cfg["max_len"]:
             raise ValueError(f"{longest} positions exceed the {self.cfg['max_len']} the graphs hold (max_len)")

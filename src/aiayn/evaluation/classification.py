@@ -7,7 +7,16 @@ from torch import Tensor
 
 
 def confusion_matrix(predicted: Tensor, target: Tensor, num_classes: int) -> Tensor:
-    """``(K, K)`` counts: row = true class, column = predicted class."""
+    """``(K, K)`` counts: row = true class, column = predicted class.
+
+    Raises:
+        ValueError: ``predicted`` and ``target`` differ in shape, or hold a class outside ``[0, num_classes)``.
+    """
+    if predicted.shape != target.shape:
+        raise ValueError(f"predicted {tuple(predicted.shape)} and target {tuple(target.shape)} must have one shape")
+    for name, t in (("predicted", predicted), ("target", target)):
+        if t.numel() and not 0 <= int(t.min()) <= int(t.max()) < num_classes:
+            raise ValueError(f"{name} holds classes {int(t.min())}..{int(t.max())}, outside [0, {num_classes})")
     index = target.long() * num_classes + predicted.long()
     return torch.bincount(index, minlength=num_classes * num_classes).view(num_classes, num_classes)
 
