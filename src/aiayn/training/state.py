@@ -100,7 +100,8 @@ def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     file = path / STATE if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"no training state at {file}; was the run started by this version of aiayn?")
+        raise FileNotFoundError(f"no training state at {file}: nothing to resume (a run killed before its "
+                                f"first save, every save_every updates, keeps none; Ctrl-C saves one); start it again")
     with safe_open(str(file), framework="pt") as f:
         meta = json.loads((f.metadata() or {})[_META])
     return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
@@ -139,7 +140,8 @@ def load_train_state(
     path = Path(path)
     file = path / STATE if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"no training state at {file}; was the run started by this version of aiayn?")
+        raise FileNotFoundError(f"no training state at {file}: nothing to resume (a run killed before its "
+                                f"first save, every save_every updates, keeps none; Ctrl-C saves one); start it again")
     try:
         with safe_open(str(file), framework="pt") as f:
             metadata = f.metadata() or {}
