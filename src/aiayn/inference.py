@@ -103,7 +103,7 @@ class Pipeline:
         """The ``top`` classes of each image (a file, or a ``(C, H, W)`` tensor in [0, 1]), as ``aiayn classify``
         gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file); for
         a textclass run, of each text (``{"text", "top"}``; ``top`` at most the number of classes)."""
-        from aiayn.recipes.image import classify_images, read_image_file
+        from aiayn.recipes.image import classify_images, pixel_norm, read_image_file
 
         self._need("classify")
         if isinstance(images, (str, os.PathLike)):  # one file would be read as a list of one-letter names
@@ -117,7 +117,7 @@ class Pipeline:
         if top < 1:
             raise ValueError(f"top must be >= 1, got {top}")
         pictures = [x if isinstance(x, Tensor) else read_image_file(x) for x in images]
-        found = classify_images(self.model, pictures, top, invert, self.source)
+        found = classify_images(self.model, pictures, top, invert, self.source, pixel_norm(self.source))
         return [r if isinstance(x, Tensor) else {"path": str(x), **r} for x, r in zip(images, found)]
 
     def detect(self, images: list[str | os.PathLike], threshold: float = 0.7) -> list[list[dict[str, Any]]]:

@@ -101,5 +101,5 @@ def test_a_refused_resume_leaves_the_runs_settings_as_they_were(tmp_path, one_th
     assert len(recipes.resume(run, steps=6, progress=False, verbose=False)["history"]) == 6  # and it resumes
     assert json.loads((run / "args.json").read_text())["steps"] == 6
     (run / "train_state.safetensors").unlink()  # as a run killed before its first save leaves its folder
-    with pytest.raises(FileNotFoundError, match="nothing to resume .*killed before its first save.*start it again"):
+    with pytest.raises(FileNotFoundError, match=r"nothing to resume .*killed before its first save.*start it again"):
         recipes.resume(run, progress=False, verbose=False)

@@ -186,3 +186,32 @@ def test_missing_unexpected_and_misshapen_weights_are_refused():
             module.convert(cfg, {**state, "classifier.weight": torch.zeros(5, 33 if module is vit_convert else 31)})
     with pytest.raises(ValueError, match="use_absolute_embeddings=True"):
         aiayn.from_hf(transformers.SwinModel(swin_config(use_absolute_embeddings=True)))
+
+
+def test_a_converted_swin_classifies_image_files_as_hugging_face_with_its_own_normalisation(tmp_path):
+    # Swin's processor normalises with ImageNet's mean and std, not our recipe's [-1, 1]; aiayn convert keeps its
+    # preprocessor_config.json and classify (and the pipeline) read it
+    import numpy as np
+    from PIL import Image
+
+    from aiayn.convert.folder import convert
+    from aiayn.recipes.image import classify
+
+    torch.manual_seed(0)
+    hf = randomized(transformers.SwinForImageClassification(swin_config()))
+    hf.save_pretrained(tmp_path / "hf")
+    processor = transformers.ViTImageProcessor(image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225],
+                                               size={"height": 32, "width": 32})
+    processor.save_pretrained(tmp_path / "hf")
+    run = convert(tmp_path / "hf", tmp_path / "run")
+    pixels = (np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)  # at the model's size
+    Image.fromarray(pixels).save(tmp_path / "a.png")
+    with torch.no_grad():
+        expected = hf(processor(Image.open(tmp_path / "a.png"), return_tensors="pt")["pixel_values"]).logits
+    expected = expected.softmax(-1)[0]
+    for got in (classify(run, [tmp_path / "a.png"], top=5)[0], aiayn.pipeline(run).classify([tmp_path / "a.png"],
+                                                                                            top=5)[0]):
+        top = got["top"]
+        assert [t["class"] for t in top] == expected.argsort(descending=True).tolist()
+        assert [t["probability"] for t in top] == pytest.approx(expected.sort(descending=True).values.tolist(),
+                                                                abs=1e-4)

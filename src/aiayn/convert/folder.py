@@ -74,8 +74,9 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
         from aiayn.recipes.mlm import bert_tokenizer
 
         bert_tokenizer(folder).save(out / "tokenizer.json")
-    if (folder / "sentence_bert_config.json").is_file():  # sentence-transformers' length limit (aiayn embed)
-        shutil.copyfile(folder / "sentence_bert_config.json", out / "sentence_bert_config.json")
+    for kept in ("sentence_bert_config.json", "preprocessor_config.json"):  # the length limit of aiayn embed; the
+        if (folder / kept).is_file():  # image normalisation of aiayn classify (recipes.image.pixel_norm)
+            shutil.copyfile(folder / kept, out / kept)
     for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
         tok.save(out / name)
     return out

@@ -14,6 +14,7 @@ confusion matrix on the held-out images.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,14 +267,30 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
     """
     model = load_model(run, device, quantize)
     images = [read_image_file(p) for p in image_paths]
-    return [{"path": str(path), **r} for path, r in zip(image_paths, classify_images(model, images, top, invert, run))]
+    found = classify_images(model, images, top, invert, run, pixel_norm(run))
+    return [{"path": str(path), **r} for path, r in zip(image_paths, found)]
+
+
+def pixel_norm(run: str | os.PathLike) -> tuple[list[float], list[float]] | None:
+    """``(mean, std)`` per channel that a model converted from Hugging Face normalises its [0, 1] images with
+    (the ``preprocessor_config.json`` that ``aiayn convert`` keeps: ImageNet's for Swin and DeiT), or ``None``:
+    a run of ours, whose images are scaled to [-1, 1] (:func:`aiayn.data.images.normalise`)."""
+    file = Path(run) / "preprocessor_config.json"
+    if not file.is_file():
+        return None
+    config = json.loads(file.read_text())
+    if not config.get("do_normalize", True) or "image_mean" not in config:
+        return None
+    return list(config["image_mean"]), list(config["image_std"])
 
 
 @torch.no_grad()
 def classify_images(model: torch.nn.Module, images: list[Tensor], top: int = 3, invert: bool | None = None,
-                    source: str | os.PathLike = "the model") -> list[dict[str, Any]]:
+                    source: str | os.PathLike = "the model",
+                    norm: tuple[list[float], list[float]] | None = None) -> list[dict[str, Any]]:
     """:func:`classify` with a loaded model and images ``(C, H, W)`` in [0, 1] (:func:`read_image_file`):
-    one ``{"top": [{"class", "probability"}, ...]}`` per image."""
+    one ``{"top": [{"class", "probability"}, ...]}`` per image. ``norm``: a converted model's ``(mean, std)``
+    (:func:`pixel_norm`); ``None``: [-1, 1], as our recipe trains."""
     cfg: Any = model.cfg  # any model's config: checked below to be a classifier's
     if not hasattr(cfg, "in_channels"):
         raise ValueError(f"{source} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
@@ -282,12 +299,17 @@ def classify_images(model: torch.nn.Module, images: list[Tensor], top: int = 3, 
     if not images:
         return []
     batch = torch.stack([prepare(image, cfg.in_channels, cfg.image_size, invert) for image in images])
-    probs = model(normalise(devices.move(batch, devices.of(model)))).softmax(-1)  # (N, K)
+    batch = devices.move(batch, devices.of(model))
+    if norm is None:
+        batch = normalise(batch)
+    else:
+        mean, std = (batch.new_tensor(v)[:, None, None] for v in norm)  # (C, 1, 1)
+        batch = (batch - mean) / std
+    probs = model(batch).softmax(-1)  # (N, K)
     p, idx = probs.topk(min(top, cfg.num_classes), dim=-1)
     return [{"top": [{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]}
             for ci, pi in zip(idx.tolist(), p.tolist())]
 
 
 __all__ = ["Config", "ImageClassification", "batches", "classification_loss", "classify", "classify_images",
-           "image_accuracy",
-           "load_image_data", "predict", "prepare", "read_image_file"]
+           "image_accuracy", "load_image_data", "pixel_norm", "predict", "prepare", "read_image_file"]
