@@ -4,7 +4,7 @@ Each training case runs beside the peer a user would pick instead, with the same
 fused AdamW, the same batch; compiled on both sides or on neither): ``GPT2LMHeadModel`` (``attn_implementation=
 "sdpa"``, when ``transformers`` is installed) and ``torch.nn.Transformer``; ``vs_peer`` is our speed over theirs.
 
-    bash benchmarks/gpu.sh                       # or: python benchmarks/gpu.py [--compile] [--steps 20]
+    bash benchmarks/gpu.sh eager                 # or compiled; or: python benchmarks/gpu.py [--compile]
     python benchmarks/gpu.py --device cpu --quick   # toy sizes on the CPU: checks the script runs
 
 MFU is the model's FLOPs per step (counted once with ``torch.utils.flop_counter`` on the real step: matmuls

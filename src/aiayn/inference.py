@@ -148,7 +148,7 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         ValueError: a bad ``device`` or ``quantize``; a model no pipeline runs.
     """
     from aiayn.recipes import detect, lm, mlm, translation
-    from aiayn.recipes.loading import load_model
+    from aiayn.recipes.loading import check_tokenizer, load_model, special_ids
     from aiayn.training.checkpoint import saved_config
 
     folder = Path(source)
@@ -180,7 +180,11 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         from aiayn.data import load_tokenizer
 
         one = load_tokenizer(folder / "tokenizer.json")
-        return Pipeline("translate", load_model(folder, device, quantize), folder, src_tok=one, tgt_tok=one)
+        model = load_model(folder, device, quantize)
+        cfg = cast(Any, model).cfg
+        check_tokenizer(one, folder / "tokenizer.json", cfg.tgt_vocab_size, special_ids(cfg),
+                        exact=(folder / "args.json").is_file())
+        return Pipeline("translate", model, folder, src_tok=one, tgt_tok=one)
     if kind in ("ViTConfig", "SwinConfig"):
         return Pipeline("classify", load_model(folder, device, quantize), folder)
     if kind == "DetrConfig":

@@ -5,6 +5,8 @@ A crash at any moment leaves either the old file or the new one, never half of e
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -23,19 +25,30 @@ def _umask() -> int:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
-    """Call ``write(tmp_path)`` (what it returns is ignored), fsync the file, and rename it to ``path``."""
+    """Call ``write(tmp_path)`` (what it returns is ignored), fsync the file, and rename it to ``path``.
+
+    The temporary file is ``.NAME.PID.XXXXXX.tmp`` beside ``path``: those a killed process left behind for the same
+    ``path`` (their process gone) are removed first. A write that fails (a full disk, a read-only folder) leaves
+    ``path`` as it was and raises ``OSError`` naming it.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _naming(e, path) from e
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode open() would
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 (and a writer may make its own file anew)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise _naming(e, path) from e
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -43,6 +56,35 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
     finally:
         os.close(dir_fd)
     return path
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """``e`` as an ``OSError`` of the same kind that says it happened writing ``path`` (what was there is intact)."""
+    reason = e.strerror or str(e) or type(e).__name__
+    return type(e)(e.errno, f"{reason} while writing {path} (nothing there was changed)") if e.errno else \
+        OSError(f"{reason} while writing {path} (nothing there was changed)")
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files of ``path`` that a process killed while writing it left behind."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):  # (a file of the old naming: left; a live writer's: left)
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name == "nt":  # (Windows' os.kill would end the process, not probe it)
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's; or a platform without signals to probe with
+        return True
+    return True
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

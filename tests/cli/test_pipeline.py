@@ -6,13 +6,30 @@ import json
 
 import pytest
 import torch
+from torch import nn
 
 import aiayn
+import aiayn.layers.int8
 from aiayn.cli import main
-from aiayn.layers.int8 import is_quantized
+from aiayn.layers.int8 import Int8Linear, is_quantized
 from aiayn.recipes import detect, image, lm, mlm, translation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def int8_model(model, int8):
+    """Whether ``model`` is what was asked for: every Linear an :class:`Int8Linear` (int8), or none (float32)."""
+    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, Int8Linear))]
+    assert linears and is_quantized(model) == int8
+    return all(isinstance(m, Int8Linear if int8 else nn.Linear) for m in linears)
+
+
+@pytest.fixture
+def quantized(monkeypatch):
+    """The models ``aiayn.layers.int8.quantize`` made since the test began (one per int8 load, by any path)."""
+    made, real = [], aiayn.layers.int8.quantize
+    monkeypatch.setattr(aiayn.layers.int8, "quantize", lambda model: made.append(type(model).__name__) or real(model))
+    return made
 
 
 def printed(capsys, *argv):
@@ -23,22 +40,30 @@ def printed(capsys, *argv):
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
-def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int8):
+def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int8, quantized, monkeypatch):
     run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:4]]
     p = aiayn.pipeline(run, quantize="int8" if int8 else None)
-    assert p.task == "translate" and is_quantized(p.model) == int8
+    assert p.task == "translate" and int8_model(p.model, int8)
+    searches, real = [], translation.beam_search  # which model each beam search ran, with how many beams
+    monkeypatch.setattr(translation, "beam_search", lambda model, src, beam=4, **k: searches.append(
+        (model, beam)) or real(model, src, beam=beam, **k))
     for beam in (1, 3):
+        searches.clear()
         got = p.translate(texts, beam=beam)
+        assert [b for _, b in searches] == ([3] if beam == 3 else []) and all(m is p.model for m, _ in searches)
         assert got == translation.translate(run, texts, beam=beam, quantize="int8" if int8 else None)
         flags = ["--int8"] if int8 else []
         out = printed(capsys, "translate", "--run", run, "--beam", beam, *flags, *texts)
         assert out.splitlines() == [f"{s} -> {h}" for s, h in zip(texts, got)]
+        assert [b for _, b in searches] == ([3] * 3 if beam == 3 else [])  # the function and the command searched
+    assert quantized == (["Transformer"] * 5 if int8 else [])  # the pipeline, then each function and command
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
-def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int8):
+def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int8, quantized):
     run, q = runs["lm"], "int8" if int8 else None
     p = aiayn.pipeline(run, quantize=q)
+    assert p.task == "generate" and int8_model(p.model, int8)
     text = p.generate("1 May", max_new_tokens=12, temperature=0.0)
     assert isinstance(text, str)
     assert text == "".join(lm.generate(run, "1 May", max_new_tokens=12, temperature=0.0, quantize=q))
@@ -49,31 +74,44 @@ def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int
     out = printed(capsys, "generate", "--run", run, "--prompt", "1 May", "--max-new-tokens", 12, "--temperature", 0,
                   *flags)
     assert out == text + "\n"
+    assert quantized == (["GPT"] * 5 if int8 else [])  # the pipeline, three function calls and the command
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
-def test_embed_equals_the_command(runs, capsys, int8):
+def test_embed_equals_the_command(runs, capsys, int8, quantized):
     run, q, texts = runs["mlm"], "int8" if int8 else None, ["one two", "three four five"]
-    vectors = aiayn.pipeline(run, quantize=q).embed(texts)
+    p = aiayn.pipeline(run, quantize=q)
+    assert p.task == "embed" and int8_model(p.model, int8)
+    vectors = p.embed(texts)
     torch.testing.assert_close(vectors, mlm.embed(run, texts, quantize=q), rtol=0, atol=0)
     out = printed(capsys, "embed", "--model", run, *(["--int8"] if int8 else []), *texts)
     assert [json.loads(line) for line in out.splitlines()] == [[round(v, 6) for v in row] for row in vectors.tolist()]
+    assert quantized == (["BERT"] * 3 if int8 else [])
+    if int8:  # int8 rounding shows in the vectors: near the float ones, not equal to them
+        float32 = aiayn.pipeline(run).embed(texts)
+        assert not torch.equal(vectors, float32) and torch.allclose(vectors, float32, atol=0.05)
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
-def test_classify_and_detect_equal_the_commands(runs, inputs, capsys, int8, tmp_path):
+def test_classify_and_detect_equal_the_commands(runs, inputs, capsys, int8, tmp_path, quantized):
     q = "int8" if int8 else None
-    found = aiayn.pipeline(runs["image"], quantize=q).classify(inputs["images"], top=2)
+    p = aiayn.pipeline(runs["image"], quantize=q)
+    assert p.task == "classify" and int8_model(p.model, int8)
+    found = p.classify(inputs["images"], top=2)
     assert found == image.classify(runs["image"], inputs["images"], top=2, quantize=q)
     assert [r["top"] for r in aiayn.pipeline(runs["image"]).classify([image.read_image_file(inputs["images"][0])])] \
         == [image.classify(runs["image"], inputs["images"][:1])[0]["top"]]  # a tensor in: the same classes
     out = printed(capsys, "classify", "--run", runs["image"], "--top", 2, *(["--int8"] if int8 else []),
                   *inputs["images"])
     assert len(out.splitlines()) == 2 and out.splitlines()[0].startswith(f"{inputs['images'][0]}: ")
-    boxes = aiayn.pipeline(runs["detect"], quantize=q).detect([inputs["shapes"]], threshold=0.0)
+    assert len(quantized) == (3 if int8 else 0)  # the pipeline, the function and the command: float ones after
+    p = aiayn.pipeline(runs["detect"], quantize=q)
+    assert p.task == "detect" and int8_model(p.model, int8)
+    boxes = p.detect([inputs["shapes"]], threshold=0.0)
     assert boxes == [detect.detect(runs["detect"], inputs["shapes"], threshold=0.0, out=tmp_path / "d.png",
                                    verbose=False, quantize=q)["detections"]]
     assert boxes[0], "a threshold of 0 keeps every query's box"
+    assert len(quantized) == (5 if int8 else 0)
 
 
 def test_the_model_is_loaded_once(runs, monkeypatch):

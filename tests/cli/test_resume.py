@@ -1,5 +1,6 @@
 """Every training task resumes after Ctrl-C to exactly the weights and log of a run never stopped."""
 
+import contextlib
 import importlib
 import os
 import signal
@@ -33,7 +34,7 @@ ON_GPU = pytest.param("mlm", "cuda", id="mlm-cuda", marks=[
 
 @pytest.mark.parametrize("task, where", [(task, "cpu") for task in sorted(TASKS)] + [ON_GPU])
 def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(task, where, tmp_path, monkeypatch,
-                                                                              one_thread):
+                                                                              one_thread, request):
     # on a GPU dropout draws from the device's own generator, which the state must keep as well as the CPU's
     module_name, stream, tokenizer, settings, model = TASKS[task]
     module = importlib.import_module(module_name)
@@ -53,6 +54,16 @@ def test_a_run_stopped_by_ctrl_c_resumes_to_the_weights_of_one_never_stopped(tas
         monkeypatch.setattr(tokenizer_class, "train", train_once)
     common = dict(steps=12, eval_every=6, save_every=100, progress=False, verbose=False, model=model, device=where,
                   **settings)
+    if where == "cuda":  # bit for bit needs kernels that sum in a fixed order: SDPA's memory-efficient and flash
+        # backward passes accumulate with atomics, the math path does not; and deterministic cuBLAS where it can
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        deterministic = contextlib.ExitStack()
+        deterministic.enter_context(sdpa_kernel(SDPBackend.MATH))
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic.callback(torch.use_deterministic_algorithms, False)
+        request.addfinalizer(deterministic.close)
     straight = recipes.train(task, out=str(tmp_path / "a"), **common)
     real = getattr(module, stream)
 

@@ -103,8 +103,18 @@ def test_a_gpt_lm_run_fine_tunes_as_a_gpt_classifier(runs, tmp_path):
     body = [k for k in source if k.startswith(("embed.", "decoder.layers."))]
     assert body and all(torch.equal(tuned[k], source[k]) for k in body)  # the frozen body, untouched
     assert tuned["score.weight"].shape == (2, 32)
-    out = aiayn.pipeline(run).classify(["march 3, 1999"], top=1)
-    assert out[0]["top"][0]["class"] in ("jan-jun", "jul-dec")
+    p = aiayn.pipeline(run)
+    texts = ["march 3, 1999", "the 30th of august, 2004; " * 12]  # the second longer than the run's max_len
+    model, tok, classes = load_classifier(run)
+    max_len = p.parts["max_len"]
+    rows = [[*tok.encode(t), tok.eos_id] for t in texts]  # text, then the end-of-text token the head reads
+    assert len(rows[0]) <= max_len < len(rows[1])
+    rows[1] = [*rows[1][: max_len - 1], tok.eos_id]  # cut, keeping the end token
+    with torch.no_grad():
+        probs = [model.classify(model.features(torch.tensor([r]))).softmax(-1)[0] for r in rows]
+    out = p.classify(texts, top=1)
+    assert [o["top"][0]["class"] for o in out] == [classes[int(q.argmax())] for q in probs]
+    assert [o["top"][0]["probability"] for o in out] == pytest.approx([float(q.max()) for q in probs], abs=1e-5)
     with pytest.raises(ValueError, match="model_type='gpt' takes a GPTConfig preset"):
         recipes.train("textclass", model_type="gpt", preset="bert-tiny", steps=1, out=str(tmp_path), **QUIET)
     with pytest.raises(ValueError, match="model_type='t5': expected one of"):

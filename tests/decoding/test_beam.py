@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decoding.beam import beam_search, gnmt_penalty
+from aiayn.decoding.beam import beam_search, gnmt_penalty, length_power
 from aiayn.decoding.greedy import greedy
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
@@ -12,6 +12,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 # Four sentences of different lengths, two of them padded.
 SRC = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0], [11, 12, 13, 14, 2], [3, 4, 2, 0, 0]])
 
+
+def lp(length, alpha):
+    """GNMT's length penalty (Wu et al. 2016, section 7, eq. 14), written here apart from the code under test."""
+    return ((5 + length) / 6) ** alpha
 
 
 def tiny_model(seed=3, eos_bias=0.0, vocab=30, **overrides):
@@ -63,7 +67,7 @@ def naive_beam_search(model, src_row, beam, alpha, max_len):
         )[: 2 * beam]
         finished += [c for c in candidates[:beam] if c[1][-1] == cfg.eos_id]
         live = [c for c in candidates if c[1][-1] != cfg.eos_id][:beam]
-    return max(finished + live, key=lambda c: c[0] / gnmt_penalty(len(c[1]), alpha))
+    return max(finished + live, key=lambda c: c[0] / lp(len(c[1]), alpha))
 
 
 def test_beam_of_one_is_greedy():
@@ -175,9 +179,9 @@ def test_finds_the_best_of_every_hypothesis_when_the_beam_holds_them_all():
                                   return_scores=True)
         for i in range(src.size(0)):
             best = max(
-                ((float(lp) / gnmt_penalty(len(h), alpha), h, float(lp))
+                ((float(logp) / lp(len(h), alpha), h, float(logp))
                  for group in by_length
-                 for h, lp in zip(group, sequence_logprob(model, src[i].expand(len(group), -1), torch.tensor(group))))
+                 for h, logp in zip(group, sequence_logprob(model, src[i].expand(len(group), -1), torch.tensor(group))))
             )
             assert hypothesis(ids[i], cfg) == best[1]
             assert abs(float(scores[i]) - best[2]) < 1e-4
@@ -191,3 +195,16 @@ def test_bad_arguments_raise():
         beam_search(model, SRC, beam=0)
     with pytest.raises(ValueError, match="max_len"):
         beam_search(model, SRC, max_len=0)
+
+
+@pytest.mark.parametrize(("length", "alpha", "expected"), [
+    (1, 0.6, 1.0), (1, 1.0, 1.0),  # (5 + 1) / 6 = 1, whatever alpha
+    (7, 0.6, 1.515716566510398), (7, 1.0, 2.0),  # (5 + 7) / 6 = 2: 2 ** 0.6
+    (20, 0.6, 2.354362083745639), (20, 1.0, 25 / 6),  # (5 + 20) / 6 = 25 / 6
+    (20, 0.0, 1.0),  # alpha = 0: plain log-probability
+])
+def test_gnmt_penalty_is_wu_et_als_formula_at_hand_computed_values(length, alpha, expected):
+    # lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha (Wu et al. 2016, eq. 14)
+    assert gnmt_penalty(length, alpha) == pytest.approx(expected, rel=1e-12)
+    assert length_power(length, alpha) == pytest.approx(length**alpha, rel=1e-12)  # fairseq / Hugging Face's
+

@@ -1,5 +1,6 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from aiayn.layers import MultiHeadAttention, causal_mask, padding_mask, record_attention, scaled_dot_product_attention
@@ -112,3 +113,98 @@ def test_record_attention_collects_weights_by_module_name_and_leaves_nothing_beh
 def test_heads_must_divide_d_model():
     with pytest.raises(ValueError, match="d_model=10 must be divisible by n_heads=4"):
         MultiHeadAttention(10, 4)
+
+
+# --- grouped-query attention: query head h reads kv head h // (H / Hkv) (Ainslie et al. 2023) ---------------
+
+def grouped_reference(q, k, v, mask=None):
+    """Grouped-query attention written head by head, as Hugging Face's Llama maps them: query head h reads kv
+    head ``h // (H / Hkv)``; each head is equation 1 in float64 (``reference``)."""
+    group = q.size(1) // k.size(1)
+    heads = []
+    for h in range(q.size(1)):
+        head_mask = None if mask is None else mask.expand(q.size(0), q.size(1), -1, -1)[:, h : h + 1]
+        heads.append(reference(q[:, h : h + 1], k[:, h // group : h // group + 1], v[:, h // group : h // group + 1],
+                               head_mask))
+    return torch.cat(heads, dim=1)
+
+
+GROUPED_MASKS = {
+    "none": lambda: None,
+    "padding": lambda: padding_mask(torch.tensor([[5] * 5 + [0] * 2, [5] * 7]), 0),  # (B, 1, 1, S)
+    "causal": lambda: causal_mask(7),  # (T, S)
+    "per-head": lambda: torch.rand(2, 6, 7, 7, generator=torch.Generator().manual_seed(1)) > 0.3,  # (B, H, T, S)
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GROUPED_MASKS))
+@pytest.mark.parametrize("kv_heads", [1, 2, 3])
+def test_grouped_heads_explicit_and_fused_paths_equal_a_head_by_head_reference(kind, kv_heads):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 7, 8, generator=g)
+    k, v = torch.randn(2, kv_heads, 7, 8, generator=g), torch.randn(2, kv_heads, 7, 8, generator=g)
+    mask = GROUPED_MASKS[kind]()
+    fused, _ = scaled_dot_product_attention(q, k, v, mask)
+    explicit, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
+    want = grouped_reference(q, k, v, mask)
+    want = want.masked_fill(want.isnan(), 0.0)  # a per-head row with nothing to attend to: zeros
+    torch.testing.assert_close(fused, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(explicit, want, atol=1e-5, rtol=1e-5)
+    # and PyTorch's own: each kv head repeated for its group (torch.repeat_interleave), or SDPA's enable_gqa
+    group = 6 // kv_heads
+    ours = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                                          attn_mask=mask if kind != "per-head" else None)
+    if kind != "per-head":  # (SDPA gives NaN where a row is all masked; no mask here leaves one)
+        torch.testing.assert_close(explicit, ours, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(explicit, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+                                   atol=1e-5, rtol=1e-5)
+    scores = (q @ k.repeat_interleave(group, 1).transpose(-2, -1)) / 8**0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    expected_weights = scores.softmax(-1)
+    torch.testing.assert_close(weights, expected_weights.masked_fill(expected_weights.isnan(), 0.0), atol=1e-6,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_heads_is_causal_on_both_paths_equals_the_reference(kv_heads):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(2, 4, 6, 8, generator=g), torch.randn(2, kv_heads, 6, 8, generator=g), \
+        torch.randn(2, kv_heads, 6, 8, generator=g)
+    want = grouped_reference(q, k, v, causal_mask(6))
+    for need_weights in (False, True):
+        out, _ = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["causal-self", "masked-self", "cross", "cached"])
+def test_grouped_multi_head_attention_gives_the_fused_paths_output_when_asked_for_weights(case):
+    # need_weights (and record_attention) take the explicit path, which repeats kv heads itself; the default
+    # path hands the kv heads to SDPA (enable_gqa): both must read kv head h // (H / Hkv) for query head h
+    from aiayn.layers import KVCache
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(48, 6, n_kv_heads=2).eval()
+    x, memory = torch.randn(2, 5, 48), torch.randn(2, 7, 48)
+    with torch.no_grad():
+        if case == "cached":
+            want, _ = attn(x, is_causal=True)
+            for need_weights in (False, True):
+                cache = KVCache(5)
+                steps = [attn(x[:, :2], is_causal=True, cache=cache, need_weights=need_weights)[0]]
+                steps += [attn(x[:, i : i + 1], is_causal=True, cache=cache, need_weights=need_weights)[0]
+                          for i in range(2, 5)]
+                torch.testing.assert_close(torch.cat(steps, 1), want, atol=1e-5, rtol=1e-5)
+            return
+        args = {"causal-self": {"x": x, "is_causal": True},
+                "masked-self": {"x": x, "mask": padding_mask(torch.tensor([[4] * 3 + [0] * 2, [4] * 5]), 0)},
+                "cross": {"x": x, "memory": memory,
+                          "mask": padding_mask(torch.tensor([[4] * 5 + [0] * 2, [4] * 7]), 0)}}[case]
+        fused, none = attn(**args)
+        explicit, weights = attn(**args, need_weights=True)
+        with record_attention(attn) as rec:
+            recorded, _ = attn(**args)
+    assert none is None and weights.shape[:2] == (2, 6)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(recorded, fused, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rec[""][0], weights)

@@ -57,3 +57,56 @@ def test_embedding_scales_tokens_by_sqrt_d_model_and_adds_positions():
 def test_embedding_names_bad_ids(ids, error):
     with pytest.raises((ValueError, TypeError), match=error):
         Embedding(10, 16)(ids)
+
+
+# --- rotary positions (RoPE, Su et al. 2021) inside attention --------------------------------------------------
+
+def rotate_by_hand(x, positions, base=10000.0):
+    """RoPE written out: pair (i, i + D/2) of ``x`` ``(T, D)`` turned by the angle p * base^(-2i/D) at position p."""
+    t, d = x.shape
+    out = x.clone()
+    for row, p in zip(range(t), positions):
+        for i in range(d // 2):
+            angle = p * base ** (-2 * i / d)
+            a, b = x[row, i].item(), x[row, i + d // 2].item()
+            out[row, i] = a * math.cos(angle) - b * math.sin(angle)
+            out[row, i + d // 2] = b * math.cos(angle) + a * math.sin(angle)
+    return out
+
+
+def test_rotary_attention_weights_are_the_rotated_queries_and_keys_dot_products_by_hand():
+    from aiayn.layers import MultiHeadAttention, RotaryEmbedding
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, n_kv_heads=1, bias=False).eval()  # head dim 8; both heads read kv head 0
+    x = torch.randn(1, 5, 16, dtype=torch.float64).float()
+    start = 3
+    with torch.no_grad():
+        _, weights = attn(x, is_causal=True, need_weights=True, rotary=RotaryEmbedding(8)(5, start=start))
+        w = attn.in_proj.weight.double()
+        q, k = x[0].double() @ w[:16].T, x[0].double() @ w[16:24].T  # (T, 2 x 8), (T, 8)
+    positions = range(start, start + 5)
+    k_rot = rotate_by_hand(k, positions)
+    for h in range(2):
+        q_rot = rotate_by_hand(q[:, 8 * h : 8 * (h + 1)], positions)
+        scores = (q_rot @ k_rot.T / math.sqrt(8)).masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), -math.inf)
+        torch.testing.assert_close(weights[0, h].double(), scores.softmax(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_attention_depends_only_on_relative_positions():
+    # Su et al. (2021), eq. 16: (R_m q) . (R_n k) = q . R_{n-m} k. Shifting every position by the same offset
+    # leaves the output as it was, but only if the keys turn with the queries; and the positions do count.
+    from aiayn.layers import MultiHeadAttention, RotaryEmbedding
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 4, n_kv_heads=2).eval()
+    rope = RotaryEmbedding(8)
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        at_zero, _ = attn(x, is_causal=True, rotary=rope(6))
+        shifted, _ = attn(x, is_causal=True, rotary=rope(6, start=41))
+        by_ids, _ = attn(x, is_causal=True, rotary=rope(6, position_ids=torch.arange(6).expand(2, 6) + 1000))
+        unrotated, _ = attn(x, is_causal=True)
+    torch.testing.assert_close(shifted, at_zero, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(by_ids, at_zero, atol=1e-4, rtol=1e-4)
+    assert (unrotated - at_zero).abs().max() > 1e-2  # the rotation does change the attention

@@ -111,10 +111,11 @@ def test_scaled_dot_scorer_through_multi_head_attention_equals_the_default_path(
         args = {"x": x, "is_causal": True}
     else:
         args = {"x": x, "memory": memory, "mask": padding_mask(torch.tensor([[4] * 5 + [0] * 2, [4] * 7]), 0)}
-    want, _ = plain(**args, need_weights=True)
+    want, _ = plain(**args)  # the fused kernel (SDPA, enable_gqa for grouped heads), not the explicit path
     got, weights = scored(**args, need_weights=True)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
     assert weights is not None and weights.shape[:3] == (2, 4, 5)
+    torch.testing.assert_close(plain(**args, need_weights=True)[1], weights, atol=1e-6, rtol=1e-6)
 
 
 def test_scaled_dot_scorer_in_every_decoder_layer_equals_the_default_model():

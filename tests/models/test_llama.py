@@ -179,3 +179,45 @@ def test_a_windowed_cache_rolls_and_generates_the_tokens_of_recomputing_with_a_f
     assert all(layer.self_attn.k.size(2) == 8 for layer in cache)  # 2W positions, not 45
     assert cache.length == 45 and cache[0].self_attn.start > 30
     assert torch.equal(beams, beams_recomputed)
+
+
+def test_logits_are_unchanged_when_every_position_shifts_by_a_constant(monkeypatch):
+    # RoPE makes attention see relative positions only (Su et al. 2021, eq. 16): turning every query and key
+    # 1000 positions further on changes no logit; it would if only the queries turned
+    model = tiny()
+    ids = torch.randint(3, 256, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, :2] = False
+    with torch.no_grad():
+        plain, padded = model(ids), model(ids, attention_mask=mask)
+        real = model.rotary.forward
+
+        def shifted(t, start=0, position_ids=None):
+            return real(t, start + 1000, None if position_ids is None else position_ids + 1000)
+
+        monkeypatch.setattr(model.rotary, "forward", shifted)
+        torch.testing.assert_close(model(ids), plain, atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(model(ids, attention_mask=mask), padded, atol=2e-4, rtol=1e-4)
+        monkeypatch.setattr(model.rotary, "forward", lambda t, start=0, position_ids=None: real(1, 0)
+                            if position_ids is None else real(t, 0, torch.zeros_like(position_ids)))
+        assert (model(ids) - plain).abs().max() > 1e-2  # and positions matter: all at position 0 differs
+
+
+def test_the_explicit_attention_path_gives_the_fused_paths_logits_with_grouped_heads():
+    # recording the attention weights takes the explicit path (kv heads repeated for their groups by hand);
+    # the default hands the 2 kv heads to SDPA: query head h must read kv head h // 2 on both
+    from aiayn.layers import record_attention
+
+    model = tiny()
+    assert model.cfg.n_kv_heads < model.cfg.n_heads
+    ids = torch.randint(3, 256, (2, 8))
+    with torch.no_grad():
+        fused = model(ids)
+        with record_attention(model) as rec:
+            explicit = model(ids)
+        cache = model.new_cache(8)
+        with record_attention(model):
+            steps = [model(ids[:, :3], cache=cache)] + [model(ids[:, i : i + 1], cache=cache) for i in range(3, 8)]
+    assert rec["decoder.layers.0.self_attn"][0].shape == (2, 4, 8, 8)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(steps, 1), fused, atol=1e-5, rtol=1e-5)

@@ -18,6 +18,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
+FORCE_HELP = "replace OUT when it already holds files (refused otherwise; the old folder goes once the new is in)"
 INT8_HELP = "int8 weights on the CPU (every Linear and token table; faster, a quarter of the memory)"
 
 
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="KIND (optional: hf, hf-gpt2, hf-marian) checks the folder's model type; FOLDER may be a "
                          "Hugging Face model id (gpt2, org/name), fetched into the Hugging Face cache")
     cv.add_argument("--revision", default=None, help="a model id's branch, tag or commit (DETR: no_timm)")
+    cv.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     ex = sub.add_parser("export", help="a run -> a Hugging Face folder (transformers' from_pretrained opens it) or "
                                        "ONNX graphs (onnxruntime runs them)")
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--to", choices=["hf", "onnx"], required=True, help="hf: config.json, model.safetensors, "
                     "tokenizer files and a model card; onnx: the graphs (needs the export extra)")
     ex.add_argument("out", help="the folder to write")
+    ex.add_argument("--force", action="store_true", help=FORCE_HELP)
 
     em = sub.add_parser("embed", help="L2-normalised sentence embeddings from a BERT (Hugging Face folder or run)")
     em.add_argument("--model", required=True, help="a Hugging Face BERT folder (e.g. all-MiniLM-L6-v2) or a run")
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam, **_run_on(args))):
                     print(f"{src} -> {hyp}")
             else:  # a filter: one translation per input line, in order
-                lines = [line.rstrip("\n") for line in sys.stdin]
+                lines = _stdin_lines()
                 for hyp in translate(args.run, lines, beam=args.beam, **_run_on(args)):
                     print(hyp)
         elif args.command == "evaluate":
@@ -221,11 +224,11 @@ def main(argv: list[str] | None = None) -> int:
             if len(args.paths) not in (2, 3):
                 parser.error(f"convert takes [KIND] FOLDER OUT, got {len(args.paths)} paths")
             kind = args.paths[0] if len(args.paths) == 3 else "hf"
-            print(f"converted into {convert(args.paths[-2], args.paths[-1], kind, args.revision)}")
+            print(f"converted into {convert(args.paths[-2], args.paths[-1], kind, args.revision, force=args.force)}")
         elif args.command == "export":
             from aiayn.convert.folder import export
 
-            out = export(args.run, args.out, args.to)
+            out = export(args.run, args.out, args.to, force=args.force)
             print(f"exported into {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         elif args.command == "detect":
             from aiayn.recipes.detect import detect
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "embed":
             from aiayn.recipes.mlm import embed
 
-            texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+            texts = args.text or _stdin_lines()
             vectors = embed(args.model, texts, **_run_on(args))
             rows = (vectors @ vectors.T) if args.similarity else vectors
             for row in rows.tolist():
@@ -285,9 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                             window=args.window, target=args.target, html=args.html, device=args.device,
                             layer=args.layer, head=args.head, from_token=args.from_token):
                 print(f"wrote {path}")
-    except (ValueError, FileNotFoundError) as e:
-        print(f"aiayn {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written: named in e
+        return _refused(args.command, e)
     except ImportError as e:  # an optional dependency missing: our message says which extra installs it
         if "pip install" not in str(e):
             raise
@@ -313,7 +315,10 @@ def _train(argv: list[str]) -> int:
     from aiayn.training import distributed
     from aiayn.training.session import FolderLocked
 
-    cfg, args = to_config(argv, _Parser)
+    try:
+        cfg, args = to_config(argv, _Parser)
+    except (ValueError, OSError) as e:  # a --config or --resume file that cannot be read
+        return _refused("train", e)
     fsdp = getattr(args, "fsdp", False)
     progress = not getattr(args, "no_progress", False)
     try:
@@ -333,9 +338,8 @@ def _train(argv: list[str]) -> int:
                            device=getattr(args, "device", None))
         else:
             recipes.train(cfg, progress=progress)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"aiayn train: error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as e:
+        return _refused("train", e)
     except (FloatingPointError, FolderLocked) as e:
         print(f"aiayn train: error: {e}", file=sys.stderr)
         return 1
@@ -345,6 +349,30 @@ def _train(argv: list[str]) -> int:
     finally:
         distributed.shutdown()
     return 0
+
+
+def _stdin_lines() -> list[str]:
+    """The lines of standard input, decoded as UTF-8 whatever the locale says.
+
+    Raises:
+        ValueError: naming the first line that is not UTF-8 (a wrong encoding would otherwise go through as
+            unreadable characters and be translated as such).
+    """
+    lines = []
+    for n, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"standard input, line {n}: not UTF-8 ({e.reason} at byte {e.start}); convert it "
+                             f"first, e.g. with iconv -f latin1 -t utf-8") from e
+    return lines
+
+
+def _refused(command: str, e: BaseException) -> int:
+    """Say why ``command`` was refused in one line (the file or argument at fault is in ``e``); status 2."""
+    message = " ".join(str(e).split()) or type(e).__name__  # one line, whatever the message held
+    print(f"aiayn {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _format_scores(scores: dict) -> str:

@@ -49,14 +49,23 @@ def recipe_name(argv: list[str]) -> str | None:
 def read_config_file(path: str) -> dict[str, Any]:
     """The settings of a TOML recipe file (fields at the top level, ``recipe = NAME``, a ``[model]`` table) or of
     a run's ``args.json``."""
+    import tomllib
+
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"--config: no file at {file}")
-    if file.suffix == ".json":
-        return json.loads(file.read_text())
-    import tomllib
-
-    return tomllib.loads(file.read_text())
+    try:
+        text = file.read_text(encoding="utf-8")
+        settings = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+        kind = "JSON" if file.suffix == ".json" else "TOML"
+        raise ValueError(f"{file} is not a {kind} file of settings: {e}") from e
+    if not isinstance(settings, dict):
+        raise ValueError(f"{file} holds a JSON {type(settings).__name__}, not an object of settings")
+    if not isinstance(settings.get("model", {}), dict):
+        raise ValueError(f"{file}: model must be a table of config fields ([model] in TOML, an object in JSON), "
+                         f"got {settings['model']!r}")
+    return settings
 
 
 def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -82,7 +91,7 @@ def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
     for f in dataclasses.fields(config):
         if f.name == "model":
             continue
-        default = preset.get(f.name, f.default)
+        default = preset.get(f.name, _default(f))
         kind, flag = hints[f.name], "--" + f.name.replace("_", "-")
         helptext = f"{f.metadata.get('help', '')} (default: {_show(default)})".replace("%", "%%")
         if kind is bool:
@@ -144,6 +153,13 @@ def _scalar(kind: Any):
     """The argparse type of a field annotated ``kind`` (``X`` or ``X | None``)."""
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if args else kind
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default, made by its factory where it has one (a list or dict setting)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
 def _show(value: Any) -> str:

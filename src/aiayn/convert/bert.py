@@ -102,8 +102,9 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") 
             linear(src, f"{ours}.{a}", f"{theirs}.{b}", out)
     if f"{pre}pooler.dense.weight" in src:
         linear(src, "pooler", f"{pre}pooler.dense", out)
-    else:  # BertForMaskedLM has no pooler; ours is then unused, left at zero
-        out["pooler.weight"], out["pooler.bias"] = torch.zeros(cfg.d_model, cfg.d_model), torch.zeros(cfg.d_model)
+    else:  # BertForMaskedLM has no pooler; ours is then unused, left at zero (sized by the weights, not the
+        d = out["embed.tokens.weight"].size(1)  # config: load_converted checks that one before allocating it)
+        out["pooler.weight"], out["pooler.bias"] = torch.zeros(d, d), torch.zeros(d)
     if cfg.head in ("pretraining", "mlm"):
         linear(src, "mlm.dense", "cls.predictions.transform.dense", out)
         linear(src, "mlm.norm", "cls.predictions.transform.LayerNorm", out)
@@ -116,7 +117,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") 
     if cfg.head == "classification":
         linear(src, "classifier", "classifier", out)
     src.check_all_taken(ignore=("embeddings.position_ids",))
-    return load_converted(BERT(cfg), out, name)
+    return load_converted(BERT, cfg, out, src, hf)
 
 
 def export(model: BERT) -> tuple[dict[str, Any], dict[str, Tensor]]:

@@ -88,7 +88,8 @@ def config(hf: dict[str, Any]) -> DetrConfig:
     for name, (got, wanted) in checks.items():
         if got != wanted:
             raise ValueError(f"{name}: {got!r} cannot be converted (wanted {wanted!r})")
-    labels = len(hf.get("id2label") or {}) or hf.get("num_labels", 91)
+    # transformers leaves id2label out of config.json when it holds PretrainedConfig's default, 2 labels
+    labels = len(hf.get("id2label") or {}) or hf.get("num_labels", 2)
     extras = {k: v for k, v in (hf.get("aiayn") or {}).items() if k in EXTRAS}
     return DetrConfig(
         num_classes=labels, num_queries=hf["num_queries"], d_model=hf["d_model"],
@@ -142,7 +143,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "DETR") 
     for k in range(3):
         linear(src, f"box_head.layers.{k}", f"bbox_predictor.layers.{k}", out)
     src.check_all_taken(ignore=("num_batches_tracked",))
-    return load_converted(DETR(cfg), out, name)
+    return load_converted(DETR, cfg, out, src, hf)
 
 
 def export(model: DETR) -> tuple[dict[str, Any], dict[str, Tensor]]:

@@ -21,6 +21,10 @@
     RUN/source.spm, target.spm, vocab.json -> the same (a converted Marian: MarianTokenizer reads them)
     RUN/classes.json           -> config.json's id2label / label2id     (textclass)
     RUN/run.json               -> OUT/README.md, a model card: data, updates, scores, how to load it
+
+Both write into a temporary folder beside ``OUT`` and rename it into place once everything is written, so a
+failure leaves nothing half-written; an ``OUT`` that already holds files is refused unless ``force=True``
+(``--force``), which replaces it whole.
 """
 
 from __future__ import annotations
@@ -28,58 +32,132 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiayn
 from aiayn.convert import CONVERTERS, hf_folder
+from aiayn.convert.common import read_config, read_json
 from aiayn.io import write_json, write_text
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from aiayn.data.sentencepiece import SentencePieceTokenizer
 
 KINDS = {"hf": None, **{f"hf-{k}": k for k in CONVERTERS}}
 
 
-def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf", revision: str | None = None) -> Path:
+def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf", revision: str | None = None,
+            force: bool = False) -> Path:
     """Convert the Hugging Face model in ``folder`` (or the model id ``folder``) into the run folder ``out``.
+
+    Everything is written into a temporary folder beside ``out`` and renamed to ``out`` when all of it is
+    written (:func:`_new_folder`): a conversion that fails leaves nothing behind.
 
     Args:
         kind: ``"hf"`` takes the folder's own ``model_type``; ``"hf-gpt2"``, ``"hf-marian"`` also check it.
         revision: of a model id (:func:`aiayn.convert.hf_folder`).
+        force: replace an ``out`` that already holds files (the old folder goes only once the new one is in).
 
     Returns:
         ``out``; with a Marian's SentencePiece files it is a translation run (``aiayn translate --run out``).
 
     Raises:
-        ValueError: a Marian's vocabulary that does not fit its model (ids beyond it, other ``</s>`` or ``<pad>``).
+        ValueError: an ``out`` that holds files (without ``force``), is a file or a dangling link; a
+            ``config.json`` or ``tokenizer.json`` that is not what it should be (naming it); a Marian's
+            vocabulary that does not fit its model (ids beyond it, other ``</s>`` or ``<pad>``).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
     folder, out = hf_folder(folder, revision), Path(out)
-    config = folder / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"{folder} holds no config.json; expected a Hugging Face model folder")
-    model_type = json.loads(config.read_text()).get("model_type")
+    _check_out(out, force, source=folder)
+    model_type = read_config(folder).get("model_type")
     if KINDS[kind] is not None and model_type != KINDS[kind]:
         raise ValueError(f"{folder} holds a {model_type!r} model, not {KINDS[kind]!r} as {kind} says")
     model = aiayn.from_hf(folder)
     marian = model_type == "marian" and (folder / "source.spm").is_file()
     spm = _checked_marian_tokenizers(folder, model.cfg) if marian else ()
-    out.mkdir(parents=True, exist_ok=True)
-    aiayn.save(model, out)
-    if (folder / "tokenizer.json").is_file():
-        shutil.copyfile(folder / "tokenizer.json", out / "tokenizer.json")
-    elif model_type == "bert" and (folder / "vocab.txt").is_file():  # vocab.txt and do_lower_case, as one file
-        from aiayn.recipes.mlm import bert_tokenizer
+    if (folder / "tokenizer.json").is_file():  # read before anything is written: a garbage file is refused
+        _check_tokenizer(folder / "tokenizer.json")
+    with _new_folder(out, force) as tmp:
+        aiayn.save(model, tmp)
+        if (folder / "tokenizer.json").is_file():
+            shutil.copyfile(folder / "tokenizer.json", tmp / "tokenizer.json")
+        elif model_type == "bert" and (folder / "vocab.txt").is_file():  # vocab.txt and do_lower_case, as one file
+            from aiayn.recipes.mlm import bert_tokenizer
 
-        bert_tokenizer(folder).save(out / "tokenizer.json")
-    for kept in ("sentence_bert_config.json", "preprocessor_config.json"):  # the length limit of aiayn embed; the
-        if (folder / kept).is_file():  # image normalisation of aiayn classify (recipes.image.pixel_norm)
-            shutil.copyfile(folder / kept, out / kept)
-    for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
-        tok.save(out / name)
+            bert_tokenizer(folder).save(tmp / "tokenizer.json")
+        for kept in ("sentence_bert_config.json", "preprocessor_config.json"):  # the length limit of aiayn embed;
+            if (folder / kept).is_file():  # the image normalisation of aiayn classify (recipes.image.pixel_norm)
+                shutil.copyfile(folder / kept, tmp / kept)
+        for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
+            tok.save(tmp / name)
     return out
+
+
+def _check_tokenizer(path: Path) -> None:
+    """Refuse, naming ``path``, a ``tokenizer.json`` that Hugging Face's ``tokenizers`` cannot read."""
+    from tokenizers import Tokenizer
+
+    read_json(path, "a tokenizer")  # not UTF-8, not JSON, not an object: named
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises its own Exception type
+        raise ValueError(f"{path} is not a tokenizer that Hugging Face's tokenizers reads: {e}") from e
+
+
+def _check_out(out: Path, force: bool, source: Path | None = None) -> None:
+    """Refuse an ``out`` that a conversion or export would write over: a folder holding files (unless
+    ``force``), a file, a dangling link, or the ``source`` folder read from (or a folder holding it, which
+    ``force`` would delete)."""
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"{out} is a link to {os.readlink(out)}, which does not exist; choose another folder")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file, not a folder; choose another folder")
+    if source is not None and source.resolve().is_relative_to(out.resolve()):
+        raise ValueError(f"{out} holds {source}, which is read from; choose another folder")
+    if out.is_dir() and not force and (names := sorted(p.name for p in out.iterdir())):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise ValueError(f"{out} already holds {shown}; choose another folder or pass --force to replace it")
+
+
+@contextmanager
+def _new_folder(out: Path, force: bool) -> Iterator[Path]:
+    """A new, empty folder beside ``out`` (``.NAME.tmp-PID-XXXX``, on the same file system, so renames are
+    atomic) to write into; renamed to ``out`` when the block ends without an error, removed when it raises.
+
+    An empty ``out`` is removed first. One that holds files (``force``) is moved aside, the new folder renamed
+    in, and only then the old one removed: a crash at any moment leaves the old folder or the new one whole,
+    never both gone. A link to a folder is followed: the folder it leads to is the one replaced.
+    """
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = target.with_name(f".{target.name}.tmp-{suffix}")
+    tmp.mkdir()  # (not mkdtemp, whose folders are 0700: this one gets the mode any new folder gets)
+    try:
+        yield tmp
+        _check_out(out, force)  # again: something may have been put there while this folder was written
+        if target.is_dir() and not force:
+            target.rmdir()  # empty, as checked; and rmdir refuses a folder that is not
+        if not target.exists():
+            os.replace(tmp, target)
+            return
+        old = target.with_name(f".{target.name}.old-{suffix}")
+        os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)  # the old folder back where it was
+            raise
+        shutil.rmtree(old, ignore_errors=True)  # the new folder is in: an old one left behind is litter, not a failure
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _checked_marian_tokenizers(folder: Path, cfg) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
@@ -102,37 +180,53 @@ TARGETS = ("hf", "onnx")
 SPM_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json")
 
 
-def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf") -> Path:
+def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force: bool = False) -> Path:
     """Write the run folder (or checkpoint) ``run`` as a Hugging Face folder (``to="hf"``: weights, config,
     tokenizer files, a model card) or as ONNX graphs (``to="onnx"``, :func:`aiayn.convert.onnx.to_onnx`).
 
+    Everything is written into a temporary folder beside ``out`` and renamed to ``out`` when all of it is
+    written (:func:`_new_folder`): an export that fails leaves nothing behind.
+
+    Args:
+        force: replace an ``out`` that already holds files (the old folder goes only once the new one is in).
+
     Raises:
-        ValueError: an unknown ``to``, or a model whose config Hugging Face cannot express (naming the field).
+        ValueError: an unknown ``to``; an ``out`` that holds files (without ``force``), is a file or a dangling
+            link; a ``run.json`` or ``classes.json`` that is not JSON; a model whose config Hugging Face cannot
+            express (naming the field).
     """
     if to not in TARGETS:
         raise ValueError(f"to={to!r}: expected one of {TARGETS}")
     run, out = Path(run), Path(out)
-    model = aiayn.load(run)
     folder = run.parent if run.suffix == ".safetensors" else run
-    if to == "onnx":
-        from aiayn.convert.onnx import to_onnx
+    _check_out(out, force, source=folder)
+    model = aiayn.load(run)
+    with _new_folder(out, force) as tmp:
+        if to == "onnx":
+            from aiayn.convert.onnx import to_onnx
 
-        to_onnx(model, out)
-        _copy_tokenizers(folder, out)
-        return out
+            to_onnx(model, tmp)
+            _copy_tokenizers(folder, tmp)
+        else:
+            _to_hf_folder(model, folder, tmp)
+    return out
+
+
+def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:
+    """The Hugging Face folder of ``model`` (of the run ``folder``) in ``out``: weights, config (with a text
+    classifier's class names), tokenizer files and a model card."""
     from aiayn.convert.to_hf import to_hf
 
     to_hf(model, out)
     tokenizers = _copy_tokenizers(folder, out)
     if (folder / "classes.json").is_file():  # a textclass run's class names
-        classes = json.loads((folder / "classes.json").read_text())
+        classes = read_json(folder / "classes.json", "a list of class names", list)
         config = json.loads((out / "config.json").read_text())
         config["id2label"] = {str(i): c for i, c in enumerate(classes)}
         config["label2id"] = {c: i for i, c in enumerate(classes)}
         write_json(out / "config.json", config)
-    info = json.loads((folder / "run.json").read_text()) if (folder / "run.json").is_file() else {}
+    info = read_json(folder / "run.json", "a run's record") if (folder / "run.json").is_file() else {}
     write_text(out / "README.md", model_card(info, json.loads((out / "config.json").read_text()), tokenizers))
-    return out
 
 
 def _copy_tokenizers(folder: Path, out: Path) -> list[str]:

@@ -86,7 +86,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "GPT-2")
     if cfg.head == "classification":
         out["score.weight"] = src.take("score.weight")
     src.check_all_taken(ignore=(".attn.bias", ".attn.masked_bias"))
-    return load_converted(GPT(cfg), out, name)
+    return load_converted(GPT, cfg, out, src, hf)
 
 
 def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:

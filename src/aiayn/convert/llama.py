@@ -107,7 +107,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Llama")
     elif cfg.tie_output:
         out["lm_head.weight"] = out["embed.tokens.weight"]
     src.check_all_taken(ignore=(".rotary_emb.inv_freq",))
-    return load_converted(GPT(cfg), out, name)
+    return load_converted(GPT, cfg, out, src, hf)
 
 
 def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:

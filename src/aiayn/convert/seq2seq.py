@@ -106,14 +106,18 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Marian"
     if cfg.output_bias:
         out["generator.bias"] = bias if bias is not None else torch.zeros(cfg.tgt_vocab_size)
 
-    table_pe = sinusoidal_encoding(cfg.max_len, cfg.d_model, "concat")
     for side, ours in (("encoder", "src_embed"), ("decoder", "tgt_embed")):
         key = f"model.{side}.embed_positions.weight"
         if bart:
             out[f"{ours}.positions.weight"] = src.take(key)
             linear(src, f"{ours}.norm", f"model.{side}.layernorm_embedding", out)
-        elif key in src and not torch.allclose(src.take(key), table_pe, atol=1e-5):
-            raise ValueError(f"{name}: {key} is not the sinusoidal table (concatenated layout) we compute")
+        elif key in src:  # the shape first: our table's follows the config, which may claim any size
+            stored, wanted = src.take(key), (cfg.max_len, cfg.d_model)
+            if tuple(stored.shape) != wanted:
+                raise ValueError(f"{name}: {key} is {tuple(stored.shape)}, but the config's max_position_embeddings "
+                                 f"and d_model make the sinusoidal table {wanted}")
+            if not torch.allclose(stored, sinusoidal_encoding(*wanted, "concat"), atol=1e-5):
+                raise ValueError(f"{name}: {key} is not the sinusoidal table (concatenated layout) we compute")
 
     for side, n_layers, table in (("encoder", cfg.n_encoder_layers, ENCODER_LAYER),
                                   ("decoder", cfg.n_decoder_layers, DECODER_LAYER)):
@@ -122,7 +126,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Marian"
                 copy = attention if ours.endswith("attn") else linear
                 copy(src, f"{side}.layers.{i}.{ours}", f"model.{side}.layers.{i}.{theirs}", out)
     src.check_all_taken()
-    return load_converted(Transformer(cfg), out, name)
+    return load_converted(Transformer, cfg, out, src, hf)
 
 
 def _family(cfg: TransformerConfig) -> str:

@@ -75,7 +75,6 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Swin") 
     out: dict[str, Tensor] = {}
     linear(src, "patch_embed.proj", f"{pre}embeddings.patch_embeddings.projection", out)
     linear(src, "patch_embed.norm", f"{pre}embeddings.norm", out)
-    index = relative_position_index(cfg.window_size).flatten()
     for i, depth in enumerate(cfg.n_layers):
         for j in range(depth):
             ours, theirs = f"stages.{i}.blocks.{j}", f"{pre}encoder.layers.{i}.blocks.{j}"
@@ -86,8 +85,8 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Swin") 
             for a, new, old in BLOCK:
                 linear(src, f"{ours}.{a}", f"{theirs}.{old if legacy else new}", out)
             stored = f"{theirs}.attention.self.relative_position_index"
-            if stored in src and not src.take(stored).flatten().equal(index.to(src.tensors[stored].dtype)):
-                raise ValueError(f"{name}: {stored} is not the relative position index of window {cfg.window_size}")
+            if stored in src:
+                _check_index(src, stored, cfg.window_size)
         if i > 0:
             linear(src, f"stages.{i}.merge.norm", f"{pre}encoder.layers.{i - 1}.downsample.norm", out)
             linear(src, f"stages.{i}.merge.reduction", f"{pre}encoder.layers.{i - 1}.downsample.reduction", out,
@@ -96,7 +95,15 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "Swin") 
     if num_classes:
         linear(src, "head", "classifier", out)
     src.check_all_taken()
-    return load_converted(Swin(cfg), out, name)
+    return load_converted(Swin, cfg, out, src, hf)
+
+
+def _check_index(src: Source, key: str, window: int) -> None:
+    """The stored ``relative_position_index`` ``key`` must be ours for ``window`` (the config's window_size)."""
+    stored = src.take(key).flatten()
+    # its size first: ours has window^4 entries, which a config claiming a huge window would make huge
+    if stored.numel() != window**4 or not stored.equal(relative_position_index(window).flatten().to(stored.dtype)):
+        raise ValueError(f"{src.name}: {key} is not the relative position index of window {window} (window_size)")
 
 
 def export(model: Swin) -> tuple[dict[str, Any], dict[str, Tensor]]:

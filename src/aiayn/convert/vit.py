@@ -91,9 +91,9 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "ViT") -
         qkv, o = QKV[legacy], f"{theirs}.{OUT[legacy]}"
         if hf.get("qkv_bias", True):
             attention(src, f"{ours}.self_attn", theirs, out, names=qkv, out_proj=o)
-        else:  # no q/k/v biases: ours are zero, which computes the same
+        else:  # no q/k/v biases: ours are zero, which computes the same (as many as the weights have rows)
             out[f"{ours}.self_attn.in_proj.weight"] = fused(*(src.take(f"{theirs}.{n}.weight") for n in qkv))
-            out[f"{ours}.self_attn.in_proj.bias"] = torch.zeros(3 * cfg.d_model)
+            out[f"{ours}.self_attn.in_proj.bias"] = torch.zeros(out[f"{ours}.self_attn.in_proj.weight"].size(0))
             linear(src, f"{ours}.self_attn.out_proj", o, out)
         for a, new, old in LAYER:
             linear(src, f"{ours}.{a}", f"{theirs}.{old if legacy else new}", out)
@@ -101,7 +101,7 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "ViT") -
     if num_classes:
         linear(src, "head", "classifier", out)
     src.check_all_taken(ignore=("pooler.dense.weight", "pooler.dense.bias"))
-    return load_converted(ViT(cfg), out, name)
+    return load_converted(ViT, cfg, out, src, hf)
 
 
 def export(model: ViT) -> tuple[dict[str, Any], dict[str, Tensor]]:

@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer, content_ids
+from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer, content_ids, read_json
 from aiayn.io import write_text
 
 if TYPE_CHECKING:
@@ -131,8 +130,9 @@ class BPETokenizer:
 
 
 def _read(path: str | os.PathLike) -> Tokenizer:
+    text = json.dumps(read_json(path))  # not UTF-8, not JSON: named
     try:
-        return Tokenizer.from_str(Path(path).read_text(encoding="utf-8"))
+        return Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises its own Exception type for bad JSON
         raise ValueError(f"{path} is not a tokenizers JSON file: {e}") from e
 
@@ -166,12 +166,7 @@ def load_tokenizer(path: str | os.PathLike
     :class:`~aiayn.data.sentencepiece.SentencePieceTokenizer` (``"type": "sentencepiece"``), a
     :class:`BPETokenizer` (``tokenizers`` BPE JSON with aiayn's specials at ids 0-3) or, for any other
     ``tokenizers`` JSON (one that came with pretrained weights), a :class:`PretrainedTokenizer`."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not a saved tokenizer")
+    data = read_json(path)
     if data.get("type") == "char":
         return CharTokenizer.load(path)
     if data.get("type") == "sentencepiece":  # a Marian's, which `aiayn convert hf-marian` writes

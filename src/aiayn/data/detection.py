@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aiayn.data.images import open_image
+
 SHAPES = ("square", "disc", "triangle", "cross")
 COLOURS = np.array([[230, 60, 60], [60, 200, 70], [70, 100, 240], [230, 210, 50]], dtype=np.float32)  # by class
 # ImageNet's channel statistics, as DETR normalises its input (and any image model pre-trained on it).
@@ -181,14 +183,13 @@ def load_image(path: str | os.PathLike, max_size: int | None = None) -> Tensor:
     """An RGB image file as ``(3, H, W)`` uint8, its longer side resized to ``max_size`` if given."""
     from PIL import Image
 
-    with Image.open(path) as img:
-        img = img.convert("RGB")
-        if max_size is not None and max(img.size) != max_size:
-            scale = max_size / max(img.size)
-            img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))),
-                             Image.Resampling.BILINEAR)
-        return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(
-            2, 0, 1).contiguous()
+    img = open_image(path)
+    if max_size is not None and max(img.size) != max_size:
+        scale = max_size / max(img.size)
+        img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))),
+                         Image.Resampling.BILINEAR)
+    return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(
+        2, 0, 1).contiguous()
 
 
 def read_voc(folder: str | os.PathLike, split: str = "train", max_size: int | None = 256,

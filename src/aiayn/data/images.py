@@ -21,6 +21,7 @@ import gzip
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,6 +81,26 @@ def synthetic_digits(n: int, seed: int = 0, size: int = 28) -> tuple[Tensor, Ten
 
 _IDX_TYPES: dict[int, type[np.generic] | str] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4",
                                                  0x0D: ">f4", 0x0E: ">f8"}
+
+
+def open_image(path: str | os.PathLike, rgba: bool = False) -> Any:
+    """The picture file at ``path`` (any format Pillow reads), decoded and converted to RGB (``rgba``: RGBA when it
+    has transparency), as a Pillow image.
+
+    Raises:
+        FileNotFoundError: no file there; ValueError: naming ``path``, when Pillow cannot read it (not an
+            image, truncated, or too large to be real: Pillow's decompression-bomb limit, checked before decoding).
+    """
+    from PIL import Image
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no image at {path}")
+    try:
+        with Image.open(path) as im:
+            return im.convert("RGBA" if rgba and im.mode in ("RGBA", "LA", "P") else "RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"{path} is not an image Pillow can read (PNG, JPEG, ...): {e}") from e
 
 
 def _open(path: Path):
@@ -192,4 +213,5 @@ def random_shift(images: Tensor, max_shift: int, generator: torch.Generator | No
     return padded[torch.arange(b)[:, None, None, None], torch.arange(images.size(1))[None, :, None, None], rows, cols]
 
 
-__all__ = ["FONT", "normalise", "random_shift", "read_csv_images", "read_idx", "read_images", "synthetic_digits"]
+__all__ = ["FONT", "normalise", "open_image", "random_shift", "read_csv_images", "read_idx", "read_images",
+           "synthetic_digits"]

@@ -50,10 +50,9 @@ def _processor(path: Path) -> Any:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON: {e}") from e
+    from aiayn.data.tokenizer import read_json
+
+    return read_json(path, "a tokenizer's settings")
 
 
 class SentencePieceTokenizer:
@@ -158,8 +157,14 @@ class SentencePieceTokenizer:
         if not is_saved(data):
             raise ValueError(f"{path} is not a SentencePiece tokenizer saved by aiayn (\"type\": \"{TYPE}\")")
         folder = Path(path).parent
+        for key in ("model", "vocab", "eos", "unk", "pad"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"{path} has no {key!r} string, which a SentencePiece tokenizer needs")
+            if key in ("model", "vocab") and (Path(data[key]).name != data[key] or data[key] in ("", ".", "..")):
+                raise ValueError(f"{path} names {key} {data[key]!r}; it must be a file beside it (a plain file "
+                                 f"name), not a path that leads out of its folder")
         return cls(folder / data["model"], folder / data["vocab"], eos=data["eos"], unk=data["unk"],
-                   pad=data["pad"], clean_up_spaces=data["clean_up_spaces"])
+                   pad=data["pad"], clean_up_spaces=bool(data.get("clean_up_spaces", False)))
 
 
 def is_saved(data: Any) -> bool:
@@ -171,7 +176,7 @@ def is_sentencepiece(path: str | os.PathLike) -> bool:
     """Whether the tokenizer JSON at ``path`` is a :class:`SentencePieceTokenizer`'s (``"type": "sentencepiece"``)."""
     try:
         return is_saved(json.loads(Path(path).read_text(encoding="utf-8")))
-    except json.JSONDecodeError:
+    except (UnicodeDecodeError, json.JSONDecodeError):
         return False
 
 

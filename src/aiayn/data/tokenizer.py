@@ -29,6 +29,24 @@ def content_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
     return out
 
 
+def read_json(path: str | os.PathLike, what: str = "a saved tokenizer") -> dict:
+    """The JSON object in the file at ``path``.
+
+    Raises:
+        FileNotFoundError: no file there; ValueError: naming ``path``, when it is not UTF-8, not JSON, or not
+            an object.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}), so not {what}") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e}), so not {what}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not {what}")
+    return data
+
+
 class CharTokenizer:
     """Characters seen in training get ids; anything else is ``<unk>``."""
 
@@ -66,8 +84,10 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> CharTokenizer:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if (not isinstance(data, dict) or data.get("type") != "char"
-                or list(data.get("vocab", [])[:4]) != list(SPECIALS)):
-            raise ValueError(f"{path} is not a character tokenizer saved by aiayn")
-        return cls(data["vocab"][4:])
+        data = read_json(path)
+        vocab = data.get("vocab")
+        if (data.get("type") != "char" or not isinstance(vocab, list) or list(vocab[:4]) != list(SPECIALS)
+                or not all(isinstance(c, str) for c in vocab) or len(set(vocab)) != len(vocab)):
+            raise ValueError(f"{path} is not a character tokenizer saved by aiayn (\"type\": \"char\", a \"vocab\" "
+                             f"list of distinct strings starting with {list(SPECIALS)})")
+        return cls(vocab[4:])

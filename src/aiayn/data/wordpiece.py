@@ -12,6 +12,7 @@ Our trained vocabularies put the specials first: ``[PAD]`` 0, ``[UNK]`` 1, ``[CL
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from torch import Tensor
 
+from aiayn.data.tokenizer import read_json
 from aiayn.io import write_text
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -76,8 +78,16 @@ class WordPieceTokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordPieceTokenizer:
-        """A ``tokenizer.json`` (ours, or one that came with BERT weights)."""
-        return cls(Tokenizer.from_file(str(path)))
+        """A ``tokenizer.json`` (ours, or one that came with BERT weights).
+
+        Raises:
+            ValueError: naming ``path``, when it is not a ``tokenizers`` JSON (not UTF-8, not JSON, no model).
+        """
+        text = json.dumps(read_json(path, "a tokenizers JSON"))
+        try:
+            return cls(Tokenizer.from_str(text))
+        except Exception as e:  # tokenizers raises its own Exception type for a JSON it cannot read
+            raise ValueError(f"{path} is not a tokenizers JSON file: {e}") from e
 
     def save(self, path: str | os.PathLike) -> None:
         write_text(path, self.tokenizer.to_str())

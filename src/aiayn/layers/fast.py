@@ -16,6 +16,11 @@ time and memory of a whole run is in ``docs/benchmarks.md``.
     :func:`window_attention`       ``SwinBlock``'s roll,          roll and partition as one gather; windows a
                                    partition, attend, reverse     group at a time, written straight back
 
+They are CPU tricks: on a GPU :func:`linear_onednn`, :func:`linear_few_rows` and :func:`feedforward_no_grad` are
+not taken, and :func:`window_attention` attends every window as one group. Under autocast each returns the dtype
+of its plain path (CUDA's autocast runs LayerNorm in float32, so a Swin block's input is float32 there while its
+attention's output is bf16 or fp16; CPU autocast keeps both in the lower precision).
+
 Why sizes matter on the CPU: glibc's ``malloc`` maps a buffer above its threshold (at most 32 MiB) fresh from
 the system on every call and pays a page fault per page; buffers the size of a group are reused instead.
 
@@ -144,9 +149,13 @@ def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
     if rows <= chunk_rows:
         return ff.fc2(ff.dropout(activation_(ff.fc1(x))))
     flat = x.reshape(rows, -1)  # (N, C)
-    out = x.new_empty(rows, ff.fc2.out_features)  # (N, C)
+    out: Tensor | None = None  # (N, C), in the groups' dtype (autocast's), as the plain path returns
     for i in range(0, rows, chunk_rows):
-        out[i : i + chunk_rows] = ff.fc2(ff.dropout(activation_(ff.fc1(flat[i : i + chunk_rows]))))
+        y = ff.fc2(ff.dropout(activation_(ff.fc1(flat[i : i + chunk_rows]))))
+        if out is None:
+            out = x.new_empty(rows, y.size(-1), dtype=y.dtype)
+        out[i : i + chunk_rows] = y
+    assert out is not None  # more than chunk_rows rows
     return out.view(*x.shape[:-1], -1)
 
 
@@ -180,14 +189,17 @@ def window_attention(attn: nn.Module, x: Tensor, mask: Tensor, window: int, shif
     index = (torch.arange(b, device=x.device)[:, None] * index.numel() + index).flatten()  # (B * Hp * Wp,)
     x = x.reshape(-1, c)  # (B * Hp * Wp, C)
     windows = torch.empty_like(x).index_copy_(0, index.argsort(), x).view(-1, t, c)  # (B * nW, T, C)
-    out = torch.empty_like(x)  # (B * Hp * Wp, C)
+    out: Tensor | None = None  # (B * Hp * Wp, C), in the attention's dtype, not x's (see below)
     n = windows.size(0)
-    step = n if needs_grad(x, mask) else max(1, chunk_tokens // t)
+    step = n if needs_grad(x, mask) or x.device.type != "cpu" else max(1, chunk_tokens // t)  # groups: CPU only
     for i in range(0, n, step):  # windows i, i + 1, ..., images major
         rows = slice(i, min(i + step, n))
         group_mask = mask if mask.size(0) == 1 else mask[torch.arange(rows.start, rows.stop, device=x.device) % nw]
         y = attn(windows[rows], mask=group_mask)[0]  # (windows, T, C)
+        if out is None:  # under CUDA autocast x is float32 (LayerNorm runs in float32) and y bf16/fp16
+            out = x.new_empty(x.shape, dtype=y.dtype)
         out.index_copy_(0, index[rows.start * t : rows.stop * t], y.view(-1, c))  # back where they came from
+    assert out is not None  # a map holds at least one window
     return out.view(b, hp, wp, c)
 
 

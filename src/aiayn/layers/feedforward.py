@@ -58,6 +58,6 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C)
         if self.gate is not None:  # SwiGLU: the activated gate scales the hidden layer, position by position
             return self.fc2(self.dropout(self.activation(self.gate(x)) * self.fc1(x)))  # (B, T, C)
-        if fast.ENABLED and not fast.needs_grad(x, *self.parameters()):  # in place, in groups: less memory
+        if fast.ENABLED and x.device.type == "cpu" and not fast.needs_grad(x, *self.parameters()):  # less memory
             return fast.feedforward_no_grad(self, x, chunk_rows=CHUNK_ROWS)
         return self.fc2(self.dropout(self.activation(self.fc1(x))))  # eq. 2

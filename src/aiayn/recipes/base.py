@@ -37,7 +37,7 @@ from torch import nn
 import aiayn
 from aiayn.io import write_json
 from aiayn.training import device, distributed, finetune
-from aiayn.training.session import Session, open_run
+from aiayn.training.session import Session, check_name, open_run
 
 # The updates a time budget is measured on (never more than the warm-up, whose rate ignores the total).
 TIMING_UPDATES = 20
@@ -101,6 +101,8 @@ class RecipeConfig:
             raise ValueError("freeze and body_lr apply to loaded weights: give init_from as well")
         if not self.body_lr > 0 or self.freeze < -1:
             raise ValueError(f"body_lr must be positive and freeze >= -1, got {self.body_lr} and {self.freeze}")
+        if self.name is not None:
+            check_name(self.name)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
         aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
@@ -266,7 +268,8 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
             session.record(record)
             say(f"\n  step {step}: {task.describe(record)}")
 
-    batches = task.batches(session.position)
+    # this rank's share of the stream, taken once: the timed updates of --minutes and the rest read on from it
+    batches = distributed.shard(task.batches(session.position))
     options: dict[str, Any] = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
                                "autocast": "bf16" if cfg.bf16 else "fp16" if cfg.fp16 else None, "compile": cfg.compile}
     if cfg.minutes is not None and (resume is None or session.step <= _timed_updates(cfg)):

@@ -232,7 +232,7 @@ def load_detector(run: str | os.PathLike, *, device: str | torch.device | None =
     run = Path(run)
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder of `aiayn train --task detect`?")
-    model = load_model(run, device, quantize)
+    model = load_model(run, device, quantize, kinds=(DETR,), task="detection")
     return model, json.loads((run / "classes.json").read_text()), read_args(run).get("image_size", 128)
 
 

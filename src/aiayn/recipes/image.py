@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -26,16 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import aiayn
-from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
+from aiayn.data.images import normalise, open_image, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
+from aiayn.models.swin import Swin
+from aiayn.models.vit import ViT
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model
 from aiayn.training import decay_groups, warmup_cosine
 from aiayn.training import device as devices
-
-if TYPE_CHECKING:
-    from aiayn.models.swin import Swin
-    from aiayn.models.vit import ViT
 
 Images = tuple[Tensor, Tensor]  # (N, C, H, W) uint8 pixels, (N,) int64 labels
 
@@ -192,7 +190,7 @@ def image_accuracy(run: str | os.PathLike, data_dir: str | os.PathLike, *,
     Raises:
         ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
-    model = cast("ViT | Swin", load_model(run, device, quantize))  # an image run holds a ViT or a Swin
+    model = cast("ViT | Swin", load_model(run, device, quantize, kinds=(ViT, Swin), task="image classification"))
     images, labels = read_images(data_dir, prefer="t10k")
     if tuple(images.shape[1:]) != (model.cfg.in_channels, model.cfg.image_size, model.cfg.image_size):
         raise ValueError(f"{data_dir} holds images of {tuple(images.shape[1:])}; the model takes "
@@ -210,13 +208,17 @@ def read_image_file(path: str | os.PathLike) -> Tensor:
     if not path.is_file():
         raise FileNotFoundError(f"no image at {path}")
     if path.suffix.lower() == ".npy":
-        array = np.load(path, allow_pickle=False)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:  # not an array file, truncated, or an object array
+            raise ValueError(f"{path} is not a readable .npy array of pixels: {e}") from e
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"{path} holds an array of {array.dtype}; wanted numbers (uint8 or floats)")
     else:
-        from PIL import Image
-
-        with Image.open(path) as im:
-            array = np.asarray(im.convert("RGBA" if im.mode in ("RGBA", "LA", "P") else "RGB"))[..., :3]
+        array = np.asarray(open_image(path, rgba=True))[..., :3]
     x = torch.from_numpy(np.array(array))  # a writable copy
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{path} holds NaN or infinite pixels; wanted finite values")
     if x.dim() == 2:
         x = x[None]
     elif x.dim() == 3 and x.shape[0] not in (1, 3) and x.shape[-1] in (1, 3, 4):
@@ -265,7 +267,7 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
         ValueError: ``device`` names no device of this machine, a bad ``quantize``, or the run holds no
             classifier.
     """
-    model = load_model(run, device, quantize)
+    model = load_model(run, device, quantize, kinds=(ViT, Swin), task="image classification")
     images = [read_image_file(p) for p in image_paths]
     found = classify_images(model, images, top, invert, run, pixel_norm(run))
     return [{"path": str(path), **r} for path, r in zip(image_paths, found)]

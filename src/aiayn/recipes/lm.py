@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from shlex import quote
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,9 @@ import torch.nn.functional as F
 import aiayn
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
 from aiayn.decoding import sample, stream
+from aiayn.models.gpt import GPT
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model
+from aiayn.recipes.loading import check_tokenizer, load_model, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -157,7 +159,7 @@ class LanguageModel(Recipe):
         if not self.test_lines:
             say(f"\nsample (temperature 0.8, top-k 40) after {prompt!r}:\n{result['sample']}")
         say(f"validation loss {result['val_loss']:.3f} (perplexity {result['perplexity']:.2f})")
-        say(f"try: aiayn generate --run {folder} --prompt \"{prompt}\"")
+        say(f"try: aiayn generate --run {quote(str(folder))} --prompt {quote(prompt)}")
         return result
 
 
@@ -199,10 +201,14 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
     if not (run / "model.safetensors").is_file():
         raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
     if (run / "src_tokenizer.json").is_file():
-        raise ValueError(f"{run} is a translation run: use `aiayn translate --run {run}`")
+        raise ValueError(f"{run} is a translation run: use `aiayn translate --run {quote(str(run))}`")
     if not (run / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no tokenizer.json")
-    return load_model(run, device, quantize), load_tokenizer(run / "tokenizer.json")
+    model = cast(GPT, load_model(run, device, quantize, kinds=(GPT,), task="language model"))
+    tok = load_tokenizer(run / "tokenizer.json")
+    check_tokenizer(tok, run / "tokenizer.json", model.cfg.vocab_size, special_ids(model.cfg),
+                    exact=(run / "args.json").is_file())
+    return model, tok
 
 
 def generate(

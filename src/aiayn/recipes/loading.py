@@ -8,12 +8,14 @@ everywhere.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import nn
 
 import aiayn
 from aiayn.training import device as devices
+from aiayn.training.checkpoint import weights_path
 
 QUANTIZE = (None, "int8")  # what `quantize` may be: float32 as saved, or int8 weights (CPU)
 
@@ -39,9 +41,46 @@ def ready(model: nn.Module, device: str | torch.device | None = None, quantize: 
 
 
 def load_model(path: str | os.PathLike, device: str | torch.device | None = None,
-               quantize: str | None = None) -> nn.Module:
-    """The model saved at ``path`` (a run folder or a ``.safetensors`` file), made :func:`ready`."""
-    return ready(aiayn.load(path), device, quantize)
+               quantize: str | None = None, kinds: tuple[type, ...] = (), task: str = "") -> nn.Module:
+    """The model saved at ``path`` (a run folder or a ``.safetensors`` file), made :func:`ready`.
+
+    Args:
+        kinds: the model classes a ``task`` run holds; another is refused by name (a GPT's weights copied into a
+            translation run would fail deep inside decoding otherwise).
+    """
+    model = aiayn.load(path)
+    if kinds and not isinstance(model, kinds):
+        wanted = " or a ".join(k.__name__ for k in kinds)
+        raise ValueError(f"{weights_path(path)} holds a {type(model).__name__}, but a {task} run's model is a "
+                         f"{wanted}; are the weights of another run in this folder?")
+    return ready(model, device, quantize)
 
 
-__all__ = ["QUANTIZE", "load_model", "ready"]
+def check_tokenizer(tokenizer: Any, file: str | os.PathLike, vocab_size: int, model_ids: dict[str, int | None],
+                    exact: bool) -> None:
+    """Refuse a tokenizer that does not fit its model, naming ``file``: ids the model has no row for, or
+    special tokens (``model_ids``: e.g. ``{"eos_id": 2}``) at other ids than the model's. ``exact``: the
+    vocabularies must be the same size (a run aiayn trained: its model was built for its tokenizer); else
+    the model may have more rows than the tokenizer has ids (a converted model whose table was padded).
+    A tokenizer that disagrees would read and write other tokens than the model's: ``<unk>`` and a wrong
+    perplexity, silently."""
+    size = tokenizer.vocab_size
+    if size > vocab_size or (exact and size != vocab_size):
+        raise ValueError(f"{file} holds {size:,} tokens but the model's vocabulary has {vocab_size:,}: the tokenizer "
+                         f"is not the one the model was trained with")
+    for name, want in model_ids.items():
+        have = getattr(tokenizer, name, None)
+        if want is not None and have is not None and have != want:
+            raise ValueError(f"{file} gives {name} {have} but the model's config says {want}: the tokenizer is not "
+                             f"the one the model was trained with")
+
+
+def special_ids(cfg: Any) -> dict[str, int | None]:
+    """The special token ids a model's config fixes (those of ``pad_id``, ``eos_id``, ``cls_id``, ``sep_id``,
+    ``mask_id`` it has), for :func:`check_tokenizer`. Not ``bos_id``: the token decoding starts with is the
+    model's choice, not the tokenizer's (BART starts with ``</s>``, Marian with ``<pad>``)."""
+    names = ("pad_id", "eos_id", "cls_id", "sep_id", "mask_id")
+    return {name: getattr(cfg, name) for name in names if hasattr(cfg, name)}
+
+
+__all__ = ["QUANTIZE", "check_tokenizer", "load_model", "ready", "special_ids"]

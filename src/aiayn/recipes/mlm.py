@@ -34,7 +34,7 @@ from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model, ready
+from aiayn.recipes.loading import check_tokenizer, load_model, ready, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -249,8 +249,9 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
         ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
     """
     run = Path(run)
-    model = cast(BERT, load_model(run, device, quantize))  # a masked-LM run holds a BERT
+    model = cast(BERT, load_model(run, device, quantize, kinds=(BERT,), task="masked-LM"))
     tok = WordPieceTokenizer.load(run / "tokenizer.json")
+    check_tokenizer(tok, run / "tokenizer.json", model.cfg.vocab_size, special_ids(model.cfg), exact=True)
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     examples = encode(tok, sentence_pairs(lines, random.Random(seed)), model.cfg.max_len)
     if not examples:
@@ -281,6 +282,8 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     if not isinstance(model, BERT):
         raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT")
     tok = bert_tokenizer(folder)
+    file = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt")
+    check_tokenizer(tok, file, model.cfg.vocab_size, special_ids(model.cfg), exact=(folder / "args.json").is_file())
     max_len = model.cfg.max_len
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():

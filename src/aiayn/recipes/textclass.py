@@ -32,17 +32,18 @@ from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 import aiayn
 from aiayn.data import load_tokenizer, make_pairs
 from aiayn.data.labelled import clean, read_labelled, split
+from aiayn.data.tokenizer import read_json
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.evaluation.classification import accuracy, confusion_matrix, precision_recall
 from aiayn.models.bert import BERT, BertConfig
 from aiayn.models.gpt import GPT, GPTConfig
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model
+from aiayn.recipes.loading import check_tokenizer, load_model, special_ids
 from aiayn.recipes.mlm import bert_tokenizer
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
@@ -80,7 +81,7 @@ def pad_of(tok: Any) -> int:
 
 def load_text_tokenizer(path: str | os.PathLike) -> Any:
     """A textclass run's ``tokenizer.json``: BERT's WordPiece, or a GPT's (:func:`aiayn.data.load_tokenizer`)."""
-    model = json.loads(Path(path).read_text(encoding="utf-8")).get("model")
+    model = read_json(path).get("model")
     if isinstance(model, dict) and model.get("type") == "WordPiece":
         return WordPieceTokenizer.load(path)
     return load_tokenizer(path)
@@ -103,13 +104,22 @@ def batches(rows: list[list[int]], labels: list[int], batch_size: int, pad_id: i
         k += 1
 
 
-def logits_of(model: BERT | GPT, batch: Batch) -> Tensor:
+def gpt_logits(model: GPT, ids: Tensor, mask: Tensor) -> Tensor:
+    """``(B, num_labels)``: the class head on each row's last real token. Rows are padded on the right, so under
+    the causal mask no real token sees a pad: no mask is needed for the states (SDPA's is_causal), only to find
+    each row's last real token."""
+    return model.classify(model.features(ids), mask)
+
+
+def logits_of(model: nn.Module, batch: Batch) -> Tensor:
+    """``(B, num_labels)`` class logits of a BERT or GPT classifier, or of one wrapped by DDP or ``torch.compile``
+    (training): the type is the wrapped model's, and GPT's classification runs as the wrapper's forward
+    (:func:`aiayn.training.distributed.through_forward`), so that DDP all-reduces its gradients."""
     ids, mask, _ = batch
-    if isinstance(model, GPT):
-        # rows are padded on the right, so under the causal mask no real token sees a pad: no mask is needed
-        # for the states (SDPA's is_causal), only to find each row's last real token
-        return model.classify(model.features(ids), mask)
-    return model.classify(model(ids, attention_mask=mask))
+    if isinstance(distributed.unwrap(model), GPT):
+        return distributed.through_forward(model, gpt_logits, ids, mask)
+    bert = cast(Any, model)  # a BERT, or a wrapper that lets its methods through
+    return cast(Tensor, bert.classify(bert(ids, attention_mask=mask)))  # its forward, then the [CLS] head
 
 
 @torch.no_grad()
@@ -213,6 +223,8 @@ class TextClassification(Recipe):
             self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, "max_len": cfg.max_len,
                                                     **head, **cfg.model})
         self.model = aiayn.build(self.mcfg)
+        if gpt and not self.mcfg.tie_output:  # the LM head of an untied GPT takes no part in classifying: it does
+            self.model.lm_head.requires_grad_(False)  # not train, and DDP waits for no gradient of it
         max_len = min(cfg.max_len, self.mcfg.max_len)
         (self.train_rows, self.val_rows, self.test_rows) = (encode(tok, t, max_len) for t, _ in (train, val, test))
         self.train_labels = train[1]
@@ -274,7 +286,11 @@ def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None
         raise ValueError(f"{run} holds no BERT or GPT classifier; train one with `aiayn train textclass`")
     classes = json.loads((run / "classes.json").read_text()) if (run / "classes.json").is_file() else \
         [str(i) for i in range(model.cfg.num_labels)]
-    return model, load_text_tokenizer(run / "tokenizer.json"), classes
+    if len(classes) != model.cfg.num_labels:
+        raise ValueError(f"{run / 'classes.json'} names {len(classes)} classes; the model has {model.cfg.num_labels}")
+    tok = load_text_tokenizer(run / "tokenizer.json")
+    check_tokenizer(tok, run / "tokenizer.json", model.cfg.vocab_size, special_ids(model.cfg), exact=False)
+    return model, tok, classes
 
 
 def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:

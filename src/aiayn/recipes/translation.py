@@ -16,7 +16,8 @@ import os
 import random
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from shlex import quote
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 
@@ -39,8 +40,9 @@ from aiayn.data import (
 from aiayn.data.synthetic import TASKS
 from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention, record_samples, reinforce_loss
+from aiayn.models.transformer import Transformer
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model, ready
+from aiayn.recipes.loading import check_tokenizer, load_model, ready, special_ids
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
 from aiayn.training.checkpoint import saved_config
@@ -200,7 +202,7 @@ class Translation(Recipe):
                 f"{'ok' if s['output'] == s['reference'] else '--'}")
         say(f"\non {len(refs):,} held-out pairs: exact match {score:.1%}, BLEU {scores['bleu']:.1f}, chrF "
             f"{scores['chrf']:.1f}, validation loss {validation[-1]['val_loss']:.3f}; picture {picture.name}")
-        say(f"try: aiayn translate --run {folder} \"{pairs[1 % len(pairs)][0]}\"")
+        say(f"try: aiayn translate --run {quote(str(folder))} {quote(pairs[1 % len(pairs)][0])}")
         return {"exact_match": score, "bleu": scores["bleu"], "chrf": scores["chrf"],
                 "bleu_signature": scores["signature"], "val_loss": validation[-1]["val_loss"], "samples": samples}
 
@@ -291,8 +293,13 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
                       if type(ours) is type(theirs) else [f"a {type(theirs).__name__}"])
             raise ValueError(f"weights={str(given)!r} are not of this run's model ({type(ours).__name__}): "
                              + ", ".join(differ))
-    model = load_model(weights or run, device, quantize)
-    return model, load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
+    model = cast(Transformer, load_model(weights or run, device, quantize, kinds=(Transformer,), task="translation"))
+    src_tok, tgt_tok = load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
+    ids = special_ids(model.cfg)
+    for tok, file, size in ((src_tok, "src_tokenizer.json", model.cfg.src_vocab_size),
+                            (tgt_tok, "tgt_tokenizer.json", model.cfg.tgt_vocab_size)):
+        check_tokenizer(tok, run / file, size, ids, exact=(run / "args.json").is_file())
+    return model, src_tok, tgt_tok
 
 
 def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,

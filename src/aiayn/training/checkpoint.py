@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
@@ -99,7 +100,11 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
         raise ValueError(f"{file} is corrupted: it says its digest covers its {meta['aiayn_digest_of']} but holds "
                          f"no aiayn_sha256 to check them against; it was not loaded")
     check_digest(file, tensors, meta.get("aiayn_sha256"), covered_config(meta))
-    return from_tensors(_config(meta), tensors, str(file)).to(device)
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:  # a run that diverged: every output would be NaN, or fail deep inside decoding
+        raise ValueError(f"{file} holds NaN or infinite weights ({', '.join(bad[:3])}"
+                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}); it was not loaded")
+    return from_tensors(_config(meta, file), tensors, str(file)).to(device)
 
 
 def saved_config(path: str | os.PathLike) -> Any:
@@ -109,7 +114,8 @@ def saved_config(path: str | os.PathLike) -> Any:
         FileNotFoundError: no checkpoint there.
         ValueError: the file is not an aiayn checkpoint.
     """
-    return _config(_read(path, tensors=False)[1])
+    file, meta, _ = _read(path, tensors=False)
+    return _config(meta, file)
 
 
 def _read(path: str | os.PathLike, tensors: bool) -> tuple[Path, dict[str, str], dict[str, Tensor]]:
@@ -128,10 +134,13 @@ def _read(path: str | os.PathLike, tensors: bool) -> tuple[Path, dict[str, str],
     return file, meta, stored
 
 
-def _config(meta: dict[str, str]) -> Any:
+def _config(meta: dict[str, str], file: Path) -> Any:
     from aiayn.models import config_from_dict
 
-    return config_from_dict(json.loads(meta["aiayn_config"]))
+    try:
+        return config_from_dict(json.loads(meta["aiayn_config"]))
+    except (ValueError, TypeError, KeyError) as e:  # JSON that is not, a family or field that is not aiayn's
+        raise ValueError(f"{file}: its stored aiayn config cannot be read: {e}") from e
 
 
 def from_tensors(cfg, tensors: dict[str, Tensor], source: str = "the tensors") -> nn.Module:

@@ -32,10 +32,11 @@ def check(spec: str) -> str:
 def resolve(spec: str | torch.device | None = "auto") -> torch.device:
     """The device ``spec`` names; ``"auto"`` (or ``None``) takes a GPU when there is one, or the device the
     environment variable ``AIAYN_DEVICE`` names. Under ``torchrun`` ``"auto"`` and ``"cuda"`` mean this rank's
-    GPU, ``cuda:LOCAL_RANK``.
+    GPU, ``cuda:LOCAL_RANK``, and ``"cuda:N"`` is refused for any other N.
 
     Raises:
-        ValueError: ``spec`` is not one of auto, cpu, cuda, cuda:N, mps, or names a device this machine lacks.
+        ValueError: ``spec`` is not one of auto, cpu, cuda, cuda:N, mps, or names a device this machine lacks, or
+            under ``torchrun`` (``WORLD_SIZE`` > 1) a GPU other than ``cuda:LOCAL_RANK``.
     """
     if isinstance(spec, torch.device):
         spec = str(spec)
@@ -56,9 +57,14 @@ def resolve(spec: str | torch.device | None = "auto") -> torch.device:
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ValueError(f"device={spec!r}: this machine has no CUDA GPU that PyTorch can use (try cpu)")
+        local = os.environ.get("LOCAL_RANK")
         if spec == "cuda":
-            spec = f"cuda:{int(os.environ.get('LOCAL_RANK', torch.cuda.current_device()))}"
+            spec = f"cuda:{int(local if local is not None else torch.cuda.current_device())}"
         index = int(spec.split(":")[1])
+        if local is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1 and index != int(local):
+            # every rank would take the one GPU named (and NCCL refuses two ranks on one device)
+            raise ValueError(f"device={spec!r} under torchrun: each rank trains on its own GPU, cuda:LOCAL_RANK "
+                             f"(this rank's is cuda:{int(local)}); give device='cuda' (--device cuda) or 'auto'")
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={spec!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     if spec == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):

@@ -33,7 +33,8 @@ import contextlib
 import inspect
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+import types
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
@@ -56,16 +57,24 @@ def init(fsdp: bool = False, device: str | None = None) -> None:
     """Join the process group ``torchrun`` describes in the environment, once; nothing for one process.
     ``fsdp``: models given to :class:`aiayn.training.session.Session` are sharded over the ranks
     (:func:`shard_model`). ``device``: where the ranks train (:func:`aiayn.training.device.resolve`'s names;
-    default auto): NCCL, each rank on ``cuda:LOCAL_RANK``, for CUDA; gloo otherwise."""
+    default auto): NCCL, each rank on ``cuda:LOCAL_RANK`` (passed to the group as its ``device_id``), for CUDA;
+    gloo otherwise.
+
+    Raises:
+        ValueError: ``device`` names a GPU other than this rank's, ``cuda:LOCAL_RANK`` (say ``cuda``).
+    """
     global _FSDP
     _FSDP = fsdp
     if launched() and not dist.is_initialized():
         from aiayn.training.device import resolve
 
-        backend = "nccl" if resolve(device).type == "cuda" else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
+        where = resolve(device)  # refuses a GPU other than this rank's (cuda:LOCAL_RANK)
+        if where.type == "cuda":
+            torch.cuda.set_device(where.index)
+            # NCCL binds the group to this rank's GPU now, rather than guessing one at the first collective
+            dist.init_process_group("nccl", device_id=where)
+        else:
+            dist.init_process_group("gloo")
 
 
 def shutdown() -> None:
@@ -92,9 +101,27 @@ def is_main() -> bool:
     return rank() == 0
 
 
+class Share(Iterator[T]):
+    """This rank's share of a stream (:func:`shard`), which knows it is one, so that sharing it again leaves it
+    as it is."""
+
+    def __init__(self, batches: Iterable[T]) -> None:
+        self._batches = itertools.islice(batches, rank(), None, world_size())
+
+    def __iter__(self) -> Share[T]:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._batches)
+
+
 def shard(batches: Iterable[T]) -> Iterator[T]:
-    """This rank's share of a stream of batches: every ``world_size``-th one, starting at ``rank``."""
-    return itertools.islice(batches, rank(), None, world_size()) if active() else iter(batches)
+    """This rank's share of a stream of batches: every ``world_size``-th one, starting at ``rank``. A share given
+    again is returned as it is: one stream fed to several fits (``--minutes`` times the first updates, then trains
+    on) is split once, or every rank would skip its own ``rank`` batches again at each fit and read the others'."""
+    if isinstance(batches, Share) or not active():
+        return iter(batches)
+    return Share(batches)
 
 
 def broadcast(obj: T) -> T:
@@ -122,6 +149,35 @@ class DataParallel(nn.parallel.DistributedDataParallel):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self.module, name)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside ``torch.compile``'s and DDP's wrappers (for type checks and the model's own methods)."""
+    while True:
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            model = cast(nn.Module, model.module)
+        elif isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's OptimizedModule
+            model = inner
+        else:
+            return model
+
+
+def through_forward(model: nn.Module, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(unwrap(model), *args, **kwargs)`` run as the forward of ``model`` and of whatever wraps it.
+
+    A wrapper acts only on its forward: DDP all-reduces in the backward pass only the gradients of a forward
+    through it (a model's other methods called through the wrapper skip that, and the ranks drift apart), and
+    ``torch.compile`` compiles only the forward. A computation that is not the model's forward (GPT's
+    classification: its features and the class head) goes through here. Unwrapped, it is a plain call.
+    """
+    inner = unwrap(model)
+    if inner is model:
+        return fn(model, *args, **kwargs)
+    inner.forward = types.MethodType(fn, inner)  # for this call the instance's forward shadows the class's
+    try:
+        return model(*args, **kwargs)
+    finally:
+        del inner.forward
 
 
 def sharding() -> bool:
@@ -237,6 +293,7 @@ def fork_random_state() -> None:
 
 __all__ = [
     "DataParallel",
+    "Share",
     "accumulating",
     "active",
     "all_sum",
@@ -253,6 +310,8 @@ __all__ = [
     "shard",
     "shard_model",
     "sharding",
+    "through_forward",
+    "unwrap",
     "world_size",
     "wrap",
 ]

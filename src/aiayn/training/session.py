@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import math
 import os
+import stat
 from pathlib import Path
+from shlex import quote
 from typing import Any, cast
 
 import torch
@@ -39,13 +42,26 @@ def new_run_dir(out: str | os.PathLike, name: str) -> Path:
     Several ranks: rank 0 makes it and every rank gets its name."""
     if not distributed.is_main():
         return cast(Path, distributed.broadcast(None))  # rank 0's folder
+    check_name(name)
     out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise ValueError(f"--out {out} is a symbolic link to {os.readlink(out)}, which does not exist; remove the "
+                         f"link or make its folder")
     path, i = out / name, 1
-    while path.exists():
+    while path.exists() or path.is_symlink():  # (a dangling link is taken too: mkdir would fail on it)
         i += 1
         path = out / f"{name}-{i}"
     path.mkdir(parents=True)
     return distributed.broadcast(path)
+
+
+def check_name(name: str) -> None:
+    """Refuse a run folder name that is not one plain folder name: one with a path separator, ``.``, ``..`` or
+    an absolute path would put the run outside ``--out``."""
+    if not isinstance(name, str) or not name.strip() or name in (".", "..") or "/" in name or "\\" in name \
+            or Path(name).is_absolute() or "\0" in name:
+        raise ValueError(f"--name {name!r} must be a folder name inside --out, without a path separator, '.' or "
+                         f"'..' (use --out to choose where the run folder goes)")
 
 
 def open_run(out: str | os.PathLike, name: str, args: dict[str, Any], resume: str | os.PathLike | None = None,
@@ -69,7 +85,13 @@ def read_args(run: str | os.PathLike) -> dict[str, Any]:
     file = Path(run) / "args.json"
     if not file.is_file():
         raise FileNotFoundError(f"{run} holds no args.json; is it a run folder written by `aiayn train`?")
-    return json.loads(file.read_text())
+    try:
+        args = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{file} is not a JSON file of settings: {e}") from e
+    if not isinstance(args, dict):
+        raise ValueError(f"{file} holds a JSON {type(args).__name__}, not an object of settings")
+    return args
 
 
 def to_csv(history: list[dict[str, float]]) -> str:
@@ -106,7 +128,7 @@ def lock(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     file = folder / ".lock"
     while True:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(file)
         if not _try_lock(fd):
             owner = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
@@ -130,6 +152,23 @@ def unlock(folder: Path) -> None:
     os.close(fd)
 
 
+def _open_lock(file: Path) -> int:
+    """Open (or make) ``file`` for locking without following a symbolic link, and only if it is a regular file:
+    a ``.lock`` that links elsewhere would otherwise have that file truncated and a process id written into it."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)  # POSIX; Windows has no symlinks a user makes by accident
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT | nofollow, 0o644)
+    except OSError as e:
+        if file.is_symlink() or e.errno in (errno.ELOOP, errno.EISDIR):
+            raise ValueError(f"{file} is {'a symbolic link' if file.is_symlink() else 'not a regular file'}; a run "
+                             f"folder's lock must be a plain file: remove it and try again") from e
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device opened without blocking on it
+        os.close(fd)
+        raise ValueError(f"{file} is not a regular file; a run folder's lock must be a plain file: remove it")
+    return fd
+
+
 def _try_lock(fd: int) -> bool:
     try:
         if os.name == "nt":
@@ -147,7 +186,7 @@ def _try_lock(fd: int) -> bool:
 
 def _same_file(fd: int, file: Path) -> bool:
     try:
-        return os.path.samestat(os.fstat(fd), os.stat(file))
+        return os.path.samestat(os.fstat(fd), os.lstat(file))
     except FileNotFoundError:
         return False
 
@@ -234,12 +273,12 @@ class Session:
             return self._history
         except Stopped as e:
             unlock = True
-            raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume {self.folder}`"
-                                    ) from None
+            raise KeyboardInterrupt(f"{e}; the state is saved: continue with `aiayn train --resume "
+                                    f"{quote(str(self.folder))}`") from None
         except KeyboardInterrupt as e:  # a second signal: nothing saved since the last save (if any)
             unlock = True
-            raise KeyboardInterrupt(f"{e}; `aiayn train --resume {self.folder}` goes on from the last state saved "
-                                    f"before it, if one was") from None
+            raise KeyboardInterrupt(f"{e}; `aiayn train --resume {quote(str(self.folder))}` goes on from the last "
+                                    f"state saved before it, if one was") from None
         except BaseException:
             unlock = True
             raise

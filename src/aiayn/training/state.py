@@ -102,9 +102,12 @@ def train_state_info(path: str | os.PathLike) -> dict[str, Any]:
     if not file.is_file():
         raise FileNotFoundError(f"no training state at {file}: nothing to resume (a run killed before its "
                                 f"first save, every save_every updates, keeps none; Ctrl-C saves one); start it again")
-    with safe_open(str(file), framework="pt") as f:
-        meta = json.loads((f.metadata() or {})[_META])
-    return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            meta = json.loads((f.metadata() or {})[_META])
+        return {"step": meta["step"], "batches": meta["batches"], "extra": meta["extra"]}
+    except Exception as e:  # safetensors' own error, a missing key, JSON that is not
+        raise ValueError(f"{file} is not a readable training state (truncated or corrupted?): {e!r}") from e
 
 
 def _accelerator(model: nn.Module) -> torch.device | None:
