@@ -8,8 +8,14 @@ fused AdamW, the same batch; compiled on both sides or on neither): ``GPT2LMHead
     python benchmarks/gpu.py --device cpu --quick   # toy sizes on the CPU: checks the script runs
 
 MFU is the model's FLOPs per step (counted once with ``torch.utils.flop_counter`` on the real step: matmuls
-and attention kernels, backward included) divided by the step's median time and by the measured bf16 matmul
-peak of this device (``torch.mm`` of 8192^2 squares); the vendor's dense bf16 figure is recorded beside it.
+and attention kernels, backward included) divided by the step's median time and by the vendor's dense bf16
+peak of this GPU (989 TFLOP/s for an H100 or H200 SXM: :data:`aiayn.training.loop.PEAK_BF16`), the figure
+MFU is quoted against elsewhere; the share of the measured bf16 matmul peak (``torch.mm`` of 8192^2 squares)
+is reported beside it (``mfu_measured``), and alone on a device the table does not know.
+
+``--compile`` compiles what each case times: the training models, and for generation the forward of every
+decode step (``GPT.features`` with ``dynamic=True``: the prompt's step and each one-token step on the growing
+cache) and the output layer; the output and ``gpu.json`` (``compiled``) say which.
 Writes ``gpu.json`` in ``--out`` (``benchmarks/results``), in the form of the CPU harness's files (the page
 ``docs/benchmarks.md`` leaves it out); ``--quick`` writes into a new temporary folder unless ``--out`` says where.
 """
@@ -29,10 +35,10 @@ import aiayn
 from aiayn.benchmark.cases import TorchTransformer, gpt2_hf
 from aiayn.benchmark.harness import SCHEMA, count_flops, machine, write_result
 from aiayn.decoding import sample
+from aiayn.training.loop import vendor_peak
 from aiayn.training.losses import label_smoothed_loss
 
 HERE = Path(__file__).parent
-VENDOR_BF16_DENSE = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # FLOP/s, dense (no sparsity)
 
 
 def sync(device: torch.device) -> None:
@@ -74,6 +80,18 @@ def training_step(model, loss_fn, batch, device, compile_: bool):
     return step
 
 
+def generation(gpt, prompt: torch.Tensor, n: int, compile_: bool):
+    """Greedy generation of ``n`` tokens after ``prompt``, and what of it runs compiled. Compiled, every
+    decode step's forward (``features``: the prompt's step, then one token at a time on the growing cache, its
+    length a dynamic size rather than one graph per step) and the output layer go through ``torch.compile``."""
+    compiled = "nothing (eager)"
+    if compile_:
+        gpt.features = torch.compile(gpt.features, dynamic=True)  # the instance's, over the method
+        gpt.lm_head.compile()
+        compiled = "each decode step's forward (GPT.features, dynamic=True) and lm_head"
+    return (lambda: sample(gpt, prompt, n, temperature=0)), compiled
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
@@ -89,9 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     q = args.quick
     peak = matmul_peak(device, torch.bfloat16, 512 if q else 8192)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    vendor = next((v for k, v in VENDOR_BF16_DENSE.items() if k in name), None)
-    print(f"{name}: measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s" + (f" (vendor {vendor / 1e12:.0f})"
-                                                                             if vendor else ""))
+    vendor = vendor_peak(name)
+    print(f"{name}: vendor dense bf16 peak " + (f"{vendor / 1e12:.0f} TFLOP/s" if vendor else "unknown")
+          + f", measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s")
     cases = {}
 
     # gpt2 training: batch 16 x 1024 tokens
@@ -144,14 +162,17 @@ def main(argv: list[str] | None = None) -> None:
         times = seconds(step, device, args.steps)
         med = statistics.median(times)
         results[case] = {"throughput": units / med, "unit": unit, "median_s": med, "flops_per_step": flops,
-                         "mfu": flops / med / peak, "mfu_vendor": flops / med / vendor if vendor else None}
-        line = f"{case}: {units / med:,.0f} {unit}/s, MFU {flops / med / peak:.1%} of the measured peak"
+                         "mfu": flops / med / vendor if vendor else None, "mfu_measured": flops / med / peak,
+                         "compiled": "the model" if args.compile else "nothing (eager)"}
+        line = (f"{case}: {units / med:,.0f} {unit}/s, MFU " + _shares(flops / med, vendor, peak)
+                + (" (compiled: the model)" if args.compile else ""))
         if case in peers:
             peer, peer_step = peers[case]
             peer_flops = count_flops(peer_step)
             peer_med = statistics.median(seconds(peer_step, device, args.steps))
             results[case].update(peer=peer, peer_throughput=units / peer_med, peer_median_s=peer_med,
-                                 peer_mfu=peer_flops / peer_med / peak, vs_peer=peer_med / med)
+                                 peer_mfu=peer_flops / peer_med / vendor if vendor else None,
+                                 peer_mfu_measured=peer_flops / peer_med / peak, vs_peer=peer_med / med)
             line += f"; {peer}: {units / peer_med:,.0f} {unit}/s ({peer_med / med:.2f}x)"
         print(line)
 
@@ -159,15 +180,22 @@ def main(argv: list[str] | None = None) -> None:
     gpt = gpt.to(torch.bfloat16).eval()
     prompt = torch.randint(0, gpt.cfg.vocab_size, (1, 16), device=device)
     n = 16 if q else 256
-    times = seconds(lambda: sample(gpt, prompt, n, temperature=0), device, max(3, args.steps // 5), warmup=1)
+    generate, compiled = generation(gpt, prompt, n, args.compile)
+    times = seconds(generate, device, max(3, args.steps // 5), warmup=1)
     results["gpt2-generate"] = {"throughput": n / statistics.median(times), "unit": "tokens",
-                                "median_s": statistics.median(times)}
-    print(f"gpt2-generate: {n / statistics.median(times):,.0f} tokens/s (batch 1, bf16)")
+                                "median_s": statistics.median(times), "compiled": compiled}
+    print(f"gpt2-generate: {n / statistics.median(times):,.0f} tokens/s (batch 1, bf16; compiled: {compiled})")
 
     path = write_result({"schema": SCHEMA, "case": "gpu", "kind": "gpu", "quick": q, "compile": args.compile,
                          "dtype": "bfloat16 autocast", "measured_bf16_peak_flops": peak,
                          "vendor_bf16_peak_flops": vendor, "results": results, "machine": machine(device)}, args.out)
     print(f"wrote {path}")
+
+
+def _shares(flops_per_s: float, vendor: float | None, measured: float) -> str:
+    """The MFU against the vendor's peak (the headline) with the measured peak's beside it."""
+    of_measured = f"{flops_per_s / measured:.1%} of the measured peak"
+    return f"{flops_per_s / vendor:.1%} of the vendor's peak ({of_measured})" if vendor else of_measured
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import EncoderDecoder, check_src, in_eval_mode, target_len
+from aiayn.decoding.greedy import EncoderDecoder, check_every, check_src, in_eval_mode, target_len, trim
 from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
 from aiayn.layers.embedding import check_ids
 
@@ -93,11 +93,19 @@ def _search(
     fin_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K)
     fin_score = torch.full((batch, K), neg_inf, device=device)  # (A, K) length-normalised, best first
 
+    stopped = torch.zeros(batch, dtype=torch.bool, device=device)  # (A,) settled, searched until the next check
+    every = check_every(device)
+
     def settle(which: Tensor, score: Tensor, sums: Tensor, seq: Tensor) -> None:
-        """Write the best hypothesis of the sentences ``active[which]`` into the output."""
-        best = score[which].argmax(dim=1, keepdim=True)  # (n, 1)
-        out_ids[active[which]] = _take(seq[which], best)[:, 0]
-        out_sum[active[which]] = sums[which].gather(1, best)[:, 0]
+        """Write the best hypothesis of the sentences ``active[which]`` (``which``: ``(A,)`` bool) into the
+        output (computed for every sentence, so nothing is read back to select them)."""
+        best = score.argmax(dim=1, keepdim=True)  # (A, 1)
+        out_ids[active] = torch.where(which[:, None], _take(seq, best)[:, 0], out_ids[active])
+        out_sum[active] = torch.where(which, sums.gather(1, best)[:, 0], out_sum[active])
+
+    def unless_stopped(new: Tensor, old: Tensor) -> Tensor:
+        """``new`` for the sentences still searched, ``old`` for those settled (their finished set is final)."""
+        return torch.where(stopped.view(-1, *[1] * (new.dim() - 1)), old, new)
 
     for t in range(1, max_len + 1):  # t: tokens generated after this step
         A = active.numel()
@@ -115,9 +123,10 @@ def _search(
         # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
         new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (A, K)
         new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=pad_id)  # (A, K, max_len)
-        fin_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
-        fin_sum = _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep)  # (A, K)
-        fin_seq = _take(torch.cat([fin_seq, new_seq], dim=1), keep)  # (A, K, max_len)
+        best_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
+        fin_sum = unless_stopped(_take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep), fin_sum)  # (A, K)
+        fin_seq = unless_stopped(_take(torch.cat([fin_seq, new_seq], dim=1), keep), fin_seq)  # (A, K, max_len)
+        fin_score = unless_stopped(best_score, fin_score)  # (A, K)
 
         # Live: the first K candidates that do not end in </s> (a stable sort moves them to the front).
         pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (A, K)
@@ -126,34 +135,27 @@ def _search(
         if t == max_len:
             break
         rows = torch.arange(A, device=device)[:, None] * K + top_beam.gather(1, pick)  # (A, K) rows extended
-        done = _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping)  # (A,)
-        if not bool(done.any()):  # the one read back from the device per step
+        # Sentences that stop: their result is fixed now; they leave the batch at the next check.
+        done = _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping) & ~stopped  # (A,)
+        settle(done, fin_score, fin_sum, fin_seq)
+        stopped |= done
+        if t % every or not bool(stopped.any()):  # the one read back from the device, every `every` steps
             reorder(rows.view(-1), False)
             continue
-        # Sentences that stop: their result is fixed now; the others go on without them.
-        settle(done, fin_score, fin_sum, fin_seq)
-        go = (~done).nonzero()[:, 0]  # (A',)
+        # The others go on without them.
+        go = (~stopped).nonzero()[:, 0]  # (A',)
         if go.numel() == 0:
-            return _trim(out_ids, eos), out_sum
-        active, live_sum, fin_score, fin_sum, fin_seq = (x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq))
+            return trim(out_ids, eos), out_sum
+        active, live_sum, fin_score, fin_sum, fin_seq, stopped = (
+            x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq, stopped))
         seqs = seqs.view(A, K, -1)[go].view(go.numel() * K, -1)
         reorder(rows[go].view(-1), True)
 
-    # Cut by max_len: live hypotheses compete as they stand.
+    # Cut by max_len: live hypotheses of the sentences not settled compete as they stand.
     stand = live_sum / penalty(max_len, length_penalty)  # (A, K)
-    everyone = torch.ones(active.numel(), dtype=torch.bool, device=device)
-    settle(everyone, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
+    settle(~stopped, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
            torch.cat([fin_seq, seqs.view(active.numel(), K, -1)[:, :, 1:]], dim=1))
-    return _trim(out_ids, eos), out_sum
-
-
-def _trim(ids: Tensor, eos: tuple[int, ...]) -> Tensor:
-    """``(B, L)`` ids without the columns that are padding in every row (after every row's end token)."""
-    if not eos:
-        return ids
-    is_eos = ends(ids, eos).long()
-    ended = is_eos.cumsum(1) - is_eos > 0  # (B, L) after the row's </s>
-    return ids[:, : int((~ended).sum(1).max())]
+    return trim(out_ids, eos), out_sum
 
 
 def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: float,

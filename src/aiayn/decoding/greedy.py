@@ -3,6 +3,12 @@
 The model only needs the small protocol every encoder-decoder here has: ``encode(src)``,
 ``decode(tgt, memory, src, cache)``, ``new_cache(max_len)`` and a ``cfg`` with ``bos_id``, ``eos_id``,
 ``pad_id``.
+
+Every decoding loop here (greedy, sampling, beam search) reads nothing back from the device per step
+but whether it may stop, and that only every :func:`check_every` steps: on an accelerator each read makes
+the host wait until the device has run every kernel queued so far, so the next step cannot be queued
+ahead. Rows that end in between are computed a few steps more and their extra tokens are padding,
+trimmed off: the results are those of checking every step.
 """
 
 from __future__ import annotations
@@ -19,6 +25,35 @@ from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
+
+
+# Steps between reads of "has every row ended?" on an accelerator: rows that ended are computed for at
+# most CHECK_EVERY - 1 steps more. The CPU queues nothing ahead, so a read costs it nothing while the
+# extra steps cost compute: there it reads every step (ON_CPU).
+CHECK_EVERY = 8
+ON_CPU = 1
+
+
+def check_every(device: torch.device) -> int:
+    """How many steps decoding on ``device`` runs between reads of whether it may stop."""
+    return ON_CPU if device.type == "cpu" else CHECK_EVERY
+
+
+def ends(tokens: Tensor, eos: tuple[int, ...]) -> Tensor:
+    """Bool, shaped as ``tokens``: where a token is one of the end ids ``eos`` (none when ``eos`` is empty)."""
+    if len(eos) <= 1:
+        return tokens == eos[0] if eos else torch.zeros_like(tokens, dtype=torch.bool)
+    return torch.isin(tokens, torch.tensor(eos, device=tokens.device))
+
+
+def trim(ids: Tensor, eos: tuple[int, ...]) -> Tensor:
+    """``(B, L)`` ids without the columns that are padding in every row (after every row's end token); one
+    read back from the device."""
+    if not eos:
+        return ids
+    is_eos = ends(ids, eos).long()
+    ended = is_eos.cumsum(1) - is_eos > 0  # (B, L) after the row's </s>
+    return ids[:, : int((~ended).sum(1).max())]
 
 
 class _Ids(Protocol):
@@ -118,7 +153,7 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     """Decode token by token, ``choose`` picking each next token ``(A,)`` from the logits ``(A, V)`` of the rows
     still decoding (padding already excluded): argmax is :func:`greedy`, a draw is
     :func:`~aiayn.decoding.sampling.sample_seq2seq`. A row that has produced ``</s>`` leaves the batch (its
-    cache rows and source with it), so it is not computed any further."""
+    cache rows and source with it) at the next read of :func:`check_every`, so it is not computed further."""
     check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
@@ -128,19 +163,22 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     alive = torch.arange(src.size(0), device=src.device)  # (A,) the rows still decoding
     ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (A, t) their prefixes
     cache = net.new_cache(max_len) if use_cache else None
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (A,) rows that have produced </s>
+    every = check_every(src.device)
     steps = 0
     for steps in range(1, max_len + 1):
         logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (A, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
-        nxt = choose(logits)  # (A,)
+        nxt = choose(logits).masked_fill(done, cfg.pad_id)  # (A,) a row that ended pads until it leaves
         out[alive, steps - 1] = nxt
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated
-        ended = nxt == cfg.eos_id
-        if bool(ended.any()):  # the one read back from the device per step
-            keep = (~ended).nonzero()[:, 0]  # (A',)
-            if keep.numel() == 0:
-                break
-            alive, ys, memory, src = alive[keep], ys[keep], memory[keep], src[keep]
-            if cache is not None:
-                cache.reorder(keep)
-    return out[:, :steps]
+        done |= nxt == cfg.eos_id
+        if steps % every or steps == max_len or not bool(done.any()):  # the one read back, every `every` steps
+            continue
+        keep = (~done).nonzero()[:, 0]  # (A',)
+        if keep.numel() == 0:
+            break
+        alive, ys, memory, src, done = alive[keep], ys[keep], memory[keep], src[keep], done[keep]
+        if cache is not None:
+            cache.reorder(keep)
+    return trim(out[:, :steps], (cfg.eos_id,))  # the steps taken after the last row ended, if any

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import decode_with, evaluating
+from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -35,13 +35,6 @@ def end_ids(eos: Ends) -> tuple[int, ...]:
     if eos is None:
         return ()
     return tuple(int(e) for e in eos) if isinstance(eos, Sequence) else (int(eos),)
-
-
-def ends(tokens: Tensor, eos: tuple[int, ...]) -> Tensor:
-    """Bool, shaped as ``tokens``: where a token is one of the end ids ``eos`` (none when ``eos`` is empty)."""
-    if len(eos) <= 1:
-        return tokens == eos[0] if eos else torch.zeros_like(tokens, dtype=torch.bool)
-    return torch.isin(tokens, torch.tensor(eos, device=tokens.device))
 
 
 class CachingModel(Protocol):
@@ -128,7 +121,10 @@ def stream(
     use_cache: bool = True,
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
-    every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first).
+    every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first). Whether
+    every row has is read back from the device every :func:`~aiayn.decoding.greedy.check_every` steps,
+    so on an accelerator up to ``CHECK_EVERY - 1`` steps of end tokens may follow; without ``eos_id``
+    nothing is read back.
 
     Raises (at the first ``next``):
         ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``.
@@ -151,6 +147,7 @@ def stream(
     cache = made if use_cache else None
     done = torch.zeros(b, dtype=torch.bool, device=device)
     eos = end_ids(eos_id)
+    every = check_every(device)
     with evaluating(model):
         for step in range(max_new_tokens):
             end = t + step  # positions filled so far
@@ -163,7 +160,7 @@ def stream(
                 done |= ends(nxt, eos)
             ids[:, end] = nxt
             yield nxt
-            if bool(done.all()):
+            if eos and (step + 1) % every == 0 and bool(done.all()):  # the one read back, every `every` steps
                 break
 
 
@@ -200,15 +197,14 @@ def sample(
     rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
     check_prompts(model, rows, "prompt")
     steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache))
-    new = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in rows]  # (B, n)
-    if isinstance(prompt, Tensor):
-        return torch.cat([prompt, torch.tensor(new, dtype=prompt.dtype, device=prompt.device)], dim=1)
-    out = []
+    new = torch.stack(steps, dim=1).tolist()  # (B, n)
     eos = set(end_ids(eos_id))
-    for p, n in zip(rows, new):
-        n = n[: next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n))]
-        out.append(p + n)
-    return out
+    lengths = [next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n)) for n in new]  # up to each end
+    if isinstance(prompt, Tensor):  # the steps up to the last row's end (the stream may run a few past it)
+        width = max(lengths)
+        new = [n[:width] for n in new]
+        return torch.cat([prompt, torch.tensor(new, dtype=prompt.dtype, device=prompt.device)], dim=1)
+    return [p + n[:length] for p, n, length in zip(rows, new, lengths)]
 
 
 def sample_seq2seq(

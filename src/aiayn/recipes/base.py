@@ -37,6 +37,7 @@ from torch import nn
 import aiayn
 from aiayn.io import write_json
 from aiayn.training import device, distributed, finetune
+from aiayn.training.loop import autocasting
 from aiayn.training.session import Session, check_name, open_run
 
 # The updates a time budget is measured on (never more than the warm-up, whose rate ignores the total).
@@ -250,7 +251,8 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     # fp16: losses here are sums over tokens, so their gradients are large: start the loss scale low (fairseq's
     # 128) rather than at 2^16, which would skip the first ~log2(tokens per batch) updates
     scaler = torch.amp.GradScaler(where.type, init_scale=128.0) if cfg.fp16 else None
-    session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler)
+    session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler,
+                      param_dtype=torch.bfloat16 if cfg.bf16 else None)  # FSDP: bf16 compute, float32 reduce
     if resume is not None:  # args.json changes only now: a refused resume leaves the run as it was
         done, _ = session.restore()
         if cfg.minutes is None and done > cfg.steps:
@@ -264,7 +266,8 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
         if step in plan["keep"]:  # every rank takes part (FSDP gathers), rank 0 writes
             aiayn.save(task.model, folder / "checkpoints" / f"step{step}.safetensors")
         if (cfg.eval_every and step % cfg.eval_every == 0) or step == plan["total"]:
-            record = {"step": step, **task.validate(task.model)}
+            with autocasting(where, options["autocast"]):  # validation runs in the precision training runs in
+                record = {"step": step, **task.validate(task.model)}
             session.record(record)
             say(f"\n  step {step}: {task.describe(record)}")
 
@@ -272,6 +275,10 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     batches = distributed.shard(task.batches(session.position))
     options: dict[str, Any] = {"clip": task.clip, "progress": progress, "save_every": cfg.save_every,
                                "autocast": "bf16" if cfg.bf16 else "fp16" if cfg.fp16 else None, "compile": cfg.compile}
+    if where.type == "cuda":  # MFU in the progress bar and history.csv (loop.gpu_stats)
+        from aiayn.training.loop import training_flops_per_token
+
+        options["flops_per_token"] = training_flops_per_token(distributed.unwrap(task.model))
     if cfg.minutes is not None and (resume is None or session.step <= _timed_updates(cfg)):
         # (a resume stopped while the first updates were timed times the rest of them; one stopped just after
         # gets the same count again, from the same records)

@@ -23,8 +23,12 @@ FSDP, for a model too big to keep whole on every device (``aiayn train --fsdp``,
 ``fsdp=True``): PyTorch's ``fully_shard`` (FSDP2) splits every weight, gradient and optimizer state
 over the ranks, and gathers a block's weights only while that block computes (:func:`shard_model`).
 The batches, the update and the stream position are those of data parallelism above, so the same run
-may go on under DDP, FSDP or one process. What must see whole tensors takes every rank: a
-checkpoint gathers the shards (:func:`full`) and rank 0 writes it; validation runs on every rank.
+may go on under DDP, FSDP or one process. The training state is saved sharded, each rank writing its
+own shards (``aiayn.training.state``), and loads into any number of ranks. What must see whole tensors
+takes every rank: the final weights are gathered one tensor at a time (:func:`full`) and rank 0 writes
+them; validation runs on every rank. A bf16 run may gather and compute in bf16 (:func:`shard_model`'s
+``param_dtype``), and a model may be built on the meta device so that no GPU holds it whole
+(:func:`build_sharded`).
 """
 
 from __future__ import annotations
@@ -133,6 +137,15 @@ def broadcast(obj: T) -> T:
     return box[0]
 
 
+def all_gather(obj: T) -> list[T]:
+    """Every rank's ``obj`` (anything picklable), in rank order, on every rank."""
+    if not active():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def barrier() -> None:
     if active():
         dist.barrier()
@@ -192,36 +205,93 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def shard_model(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> nn.Module:
+def shard_model(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                param_dtype: torch.dtype | None = None) -> nn.Module:
     """Split ``model`` over the ranks in place with FSDP2's ``fully_shard``: each block (an element of an
     ``nn.ModuleList`` made of layers) is its own unit, gathered only while it computes, and the rest
-    (embeddings, heads, tied weights) is the root's. Every rank starts from rank 0's weights.
+    (embeddings, heads, tied weights) is the root's. Every rank starts from rank 0's weights; a model on
+    the meta device is left there, to be given its weights by :func:`materialize`.
 
     ``optimizer``, if given, was built on the whole model and has not stepped: it is pointed at the
     shards (its groups and settings are kept), so a task builds its optimizer the same way under DDP
     and FSDP.
+
+    ``param_dtype``: the dtype weights are gathered and computed in (``torch.bfloat16`` for a bf16 run:
+    half the bytes to gather), with FSDP2's ``MixedPrecisionPolicy``; the shards the optimizer updates stay
+    float32, and gradients are reduced over the ranks in float32. ``None``: the weights' own dtype.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if optimizer is not None and optimizer.state:
         raise ValueError("optimizer has state already; shard the model before the first update")
     names = {id(p): n for n, p in model.named_parameters()}
     groups = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups] if optimizer else []
-    with torch.no_grad():  # every rank starts from rank 0's weights, as under DDP
-        for t in itertools.chain(model.parameters(), model.buffers()):
-            dist.broadcast(t, src=0)
-    device = next(model.parameters()).device.type
-    mesh = init_device_mesh(device, (world_size(),))
+    device = next(model.parameters()).device
+    if device.type != "meta":
+        with torch.no_grad():  # every rank starts from rank 0's weights, as under DDP
+            for t in itertools.chain(model.parameters(), model.buffers()):
+                dist.broadcast(t, src=0)
+    # the mesh's device: where the shards live (a meta model's: where materialize puts them)
+    mesh = init_device_mesh(_device().type if device.type == "meta" else device.type, (world_size(),))
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
     blocks = [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst
               if any(True for _ in m.children()) and any(True for _ in m.parameters())]  # not a lone Linear
     for block in reversed(blocks):  # the innermost first: fully_shard goes bottom-up
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     params = dict(model.named_parameters())
     for g, group in zip(optimizer.param_groups if optimizer else [], groups):
         g["params"] = [params[n] for n in group]
     return model
+
+
+def _device() -> torch.device:
+    """This rank's device: its GPU under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def build_sharded(build: Callable[[], nn.Module], param_dtype: torch.dtype | None = None) -> nn.Module:
+    """``build()``'s model, sharded over the ranks without any rank's device ever holding it whole.
+
+    Rank 0 builds it on the CPU (its initial weights and the generator after them are those one process
+    would have: the same seed gives the same run); every rank builds it again on the meta device (shapes, no
+    memory), shards that (:func:`shard_model`), allocates its shards on its device (``to_empty``) and takes
+    rank 0's weights and buffers, one tensor at a time. One process: ``build()`` as it is.
+
+    Build the optimizer on the model this returns; :class:`aiayn.training.session.Session` leaves a sharded
+    model as it is.
+    """
+    if not active():
+        return build()
+    whole = build() if is_main() else None  # on the CPU (host memory), not the GPU
+    rng = broadcast(torch.get_rng_state())  # every rank's generator as after the one build (dropout, data)
+    torch.set_rng_state(rng)
+    with torch.device("meta"):
+        model = build()
+    shard_model(model, param_dtype=param_dtype)
+    materialize(model, None if whole is None else {**whole.state_dict(), **dict(whole.named_buffers())})
+    return model
+
+
+def materialize(model: nn.Module, whole: dict[str, torch.Tensor] | None) -> None:
+    """Give a model sharded on the meta device (:func:`shard_model`) its storage on this rank's device, and
+    rank 0's ``whole`` tensors (its state dict and every buffer, the non-persistent ones too, on the CPU;
+    ``None`` on the other ranks): each rank keeps its shard of each weight, sent one tensor at a time.
+    A run that resumes loads its state over these (``aiayn.training.load_train_state``)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    device = _device()
+    model.to_empty(device=device)
+    weights: dict[str, Any] = {} if whole is None else {k: v for k, v in whole.items() if k in model.state_dict()}
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    with torch.no_grad():  # buffers are not sharded: each rank holds rank 0's whole (masks, position tables)
+        for name, buffer in model.named_buffers():
+            if whole is not None:
+                buffer.copy_(whole[name])
+            dist.broadcast(buffer, src=0)
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
@@ -296,9 +366,11 @@ __all__ = [
     "Share",
     "accumulating",
     "active",
+    "all_gather",
     "all_sum",
     "barrier",
     "broadcast",
+    "build_sharded",
     "fork_random_state",
     "full",
     "init",
@@ -306,6 +378,7 @@ __all__ = [
     "is_sharded",
     "launched",
     "local",
+    "materialize",
     "rank",
     "shard",
     "shard_model",

@@ -15,7 +15,12 @@ stops every rank after the same update.
 
 Batches go to the model's device (:func:`aiayn.training.device.move`); nothing is copied on the CPU. The
 numbers an update reports are read from the device once, after its last batch, so the host does not wait
-for the device batch by batch.
+for the device batch by batch; under several ranks they are summed over the ranks first, in one all-reduce.
+
+On CUDA each update's record also has ``peak_gib`` (``torch.cuda.max_memory_allocated``, GiB),
+``tokens_per_s`` and, where the FLOPs per token and the GPU's peak are known, ``mfu``: the model's FLOPs per
+token times tokens per second over the vendor's dense bf16 peak (:data:`PEAK_BF16`), the share of the
+machine a run uses, as nanoGPT's ``estimate_mfu`` reports it. The progress bar shows them too.
 
 Under ``autocast="fp16"`` the loss is multiplied by a scale before the backward pass, so that small
 gradients survive fp16's narrow range, and the gradients are divided by it again before they are divided
@@ -43,6 +48,9 @@ from aiayn.training import device, distributed
 
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, Tensor, int]]
 AUTOCAST = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from NVIDIA's data sheets: the denominator of the
+# headline MFU. H100 and H200 in their SXM form (the PCIe and NVL cards are slower and not listed: no MFU).
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 # fp16 updates whose gradients still overflow once the loss scale has been halved this low are not an
 # overflow but a diverged run (fairseq's --min-loss-scale): stop as fp32 does.
 MIN_SCALE = 1e-4
@@ -69,6 +77,66 @@ def _deferred_interrupts() -> Iterator[list[int]]:
             signal.signal(sig, h)
 
 
+def autocasting(where: torch.device, autocast: str | None) -> contextlib.AbstractContextManager:
+    """The ``torch.autocast`` of ``fit(..., autocast=...)`` on device ``where`` (a no-op for ``None``), for
+    whatever else runs the model as it trains (validation)."""
+    if autocast not in AUTOCAST:
+        raise ValueError(f"autocast={autocast!r} must be one of {list(AUTOCAST)}")
+    dtype = AUTOCAST[autocast]
+    return torch.autocast(where.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def vendor_peak(name: str) -> float | None:
+    """The dense bf16 peak in FLOP/s (:data:`PEAK_BF16`) of the GPU ``torch.cuda.get_device_name`` calls
+    ``name``; ``None`` for one not in the table."""
+    upper = name.upper()
+    if "PCIE" in upper or "NVL" in upper:
+        return None
+    return next((peak for gpu, peak in PEAK_BF16.items() if gpu in upper), None)
+
+
+def training_flops_per_token(model: nn.Module, seq_len: int | None = None) -> float | None:
+    """Forward and backward FLOPs per token of ``model`` (3 times the forward's: the backward costs twice as
+    much), from :func:`aiayn.analysis.counts`: 6 per weight (6N) plus the attention scores at ``seq_len``
+    positions (default the model's ``max_len``, as nanoGPT's ``estimate_mfu`` takes its block size).
+
+    Only for a language model and an encoder-decoder (per target token, the source as long as the target),
+    whose losses count tokens; ``None`` for the rest (a classifier counts examples, BERT masked tokens).
+    """
+    from aiayn.analysis import counts
+    from aiayn.models import family_of
+
+    cfg: Any = getattr(distributed.unwrap(model), "cfg", None)
+    try:
+        family = family_of(cfg)
+    except TypeError:  # not a config of this package
+        return None
+    if family not in ("gpt", "transformer") or getattr(cfg, "head", "lm") != "lm":
+        return None
+    t = seq_len or cfg.max_len
+    return 3 * counts(cfg, seq_len=t).flops / t
+
+
+def gpu_stats(where: torch.device, tokens: float, seconds: float, flops_per_token: float | None,
+              ranks: int = 1) -> dict[str, float]:
+    """What a CUDA run reports beside its loss: ``peak_gib``, the most memory PyTorch has held on ``where``
+    (``torch.cuda.max_memory_allocated``, GiB); ``tokens_per_s``; and ``mfu``, ``flops_per_token`` times
+    the tokens per second over the vendor's peak of the ``ranks`` GPUs (:func:`vendor_peak`), when both are
+    known. ``{}`` on any other device. Nothing is read back from the device.
+
+    Args:
+        tokens, seconds: the tokens trained on (by every rank together) in ``seconds``.
+    """
+    if where.type != "cuda":
+        return {}
+    rate = tokens / max(seconds, 1e-9)
+    stats = {"peak_gib": round(torch.cuda.max_memory_allocated(where) / 2**30, 3), "tokens_per_s": round(rate, 1)}
+    peak = vendor_peak(torch.cuda.get_device_name(where))
+    if flops_per_token is not None and peak is not None:
+        stats["mfu"] = round(flops_per_token * rate / (peak * ranks), 4)
+    return stats
+
+
 class Stopped(KeyboardInterrupt):
     """A signal stopped training after an update, and ``save`` was called for it."""
 
@@ -93,6 +161,7 @@ def fit(
     autocast: str | None = None,
     scaler: torch.amp.GradScaler | None = None,
     compile: bool = False,
+    flops_per_token: float | None = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``steps`` updates on ``batches``.
 
@@ -117,10 +186,13 @@ def fit(
             does). Only with ``autocast="fp16"``.
         compile: train through ``torch.compile(model)`` (the first updates wait for the compiler; on this
             project's 2-core CPU it did not pay, so it is an option, not the default).
+        flops_per_token: training FLOPs per token the loss counts, for the MFU on CUDA; default
+            :func:`training_flops_per_token` of the model (``None`` there: no MFU).
 
     Returns:
         One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``;
-        under fp16 also ``skipped``, 1 for an update skipped because its gradients overflowed, else 0.
+        under fp16 also ``skipped``, 1 for an update skipped because its gradients overflowed, else 0; on
+        CUDA also :func:`gpu_stats` of the update (``peak_gib``, ``tokens_per_s``, ``mfu``).
 
     Raises:
         FloatingPointError: the loss or the gradient norm became NaN or infinite (under fp16: the loss,
@@ -158,20 +230,30 @@ def fit(
     bar = tqdm(range(start + 1, steps + 1), desc=desc, disable=not progress, dynamic_ncols=True, leave=False,
                initial=start, total=steps)
     t0 = time.perf_counter() - (history[-1]["seconds"] if history else 0.0)
+    if where.type == "cuda" and flops_per_token is None:
+        flops_per_token = training_flops_per_token(model)
+    ranks = distributed.world_size()
     saved = start if start else None
     with _deferred_interrupts() as interrupted:
         for step in bar:
             try:
                 stop = _update(engine, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history,
-                               t0, where, AUTOCAST[autocast], scaler, interrupted)
+                               t0, where, autocast, scaler, interrupted)
+                before = history[-2]["seconds"] if len(history) > 1 else 0.0
+                history[-1].update(gpu_stats(where, history[-1]["tokens"], history[-1]["seconds"] - before,
+                                             flops_per_token, ranks))
             except FloatingPointError as e:
                 bar.close()
                 last = "nothing was saved" if saved is None else f"the state saved after step {saved} is intact"
                 raise FloatingPointError(f"{e}; {last} (lower the learning rate or clip harder)") from None
             if step % 10 == 0 or step == steps:
                 skipped = {"skipped": skipped_updates(history)} if scaler is not None else {}
+                tokens, seconds = _recent(history)
+                gpu = gpu_stats(where, tokens, seconds, flops_per_token, ranks)
+                shown = {"mem": f"{gpu['peak_gib']:.1f}GiB"} if gpu else {}
+                shown.update({"mfu": f"{gpu['mfu']:.1%}"} if "mfu" in gpu else {})
                 bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", lr=f"{history[-1]['lr']:.2e}",
-                                tok_s=f"{_tokens_per_second(history):,.0f}", **skipped)
+                                tok_s=f"{tokens / max(seconds, 1e-9):,.0f}", **skipped, **shown)
             if callback is not None and ((every and step % every == 0) or step == steps):
                 callback(step, history)
                 model.train()
@@ -188,7 +270,7 @@ def fit(
     return history
 
 
-def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, where, dtype,
+def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, step, history, t0, where, autocast,
             scaler, interrupted) -> bool:
     """One optimizer update over ``accum`` batches (on every rank); appends its record to ``history``.
 
@@ -200,19 +282,17 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     for i in range(accum):
         # several ranks: gradients are averaged over them once, after the last batch
         with contextlib.nullcontext() if i == accum - 1 else distributed.accumulating(model):
-            with torch.autocast(where.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            with autocasting(where, autocast):
                 loss_sum, nll_sum, n = loss_fn(model, device.move(next(batches), where))
             # summed, not averaged: divided by all tokens of the update below
             (loss_sum if scaler is None else scaler.scale(loss_sum)).backward()
         sums += [loss_sum.detach().reshape(()), nll_sum.detach().reshape(())]
         n_total += n
-    signalled: float = len(interrupted)  # a float after all_sum, as n_total
+    signalled: float = len(interrupted)
+    totals: Tensor | None = None
     if distributed.active():  # the whole update's numbers, the same on every rank, before dividing by the tokens
-        loss_total, nll_total = _sum_pairs(_read(sums))
-        loss_total, nll_total, n_total, signalled = distributed.all_sum([loss_total, nll_total, float(n_total),
-                                                                         signalled])
-        n_total = int(n_total)
-        _check_loss(loss_total, step)
+        totals = _all_sum([*_sum_pairs(sums), n_total, signalled], where)  # (4,) on the device, not read yet
+        n_total = totals[2]
     if scaler is not None:
         scaler.unscale_(optimizer)  # back to the true gradients before they are divided, clipped and measured
     ranks = distributed.world_size()  # DDP's and FSDP's gradients: the mean over ranks of each rank's sum
@@ -223,8 +303,10 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     norm = distributed.full(nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
     if clip is not None:
         nn.utils.clip_grads_with_norm_(params, clip, norm)
-    if distributed.active():
-        norm_value = float(norm)
+    if totals is not None:  # several ranks: the sums and the norm in one wait for the device
+        loss_total, nll_total, tokens_read, signalled, norm_value = _read([*totals, norm.to(totals.device)])
+        n_total = round(tokens_read)
+        _check_loss(loss_total, step)
     else:  # one process: the losses, the norm (and a token count kept on the device) in one wait for it
         counted = isinstance(n_total, Tensor)
         *values, norm_value = _read([*sums, *([n_total.to(norm.dtype)] if counted else []), norm])
@@ -265,9 +347,21 @@ def _read(tensors: list[Tensor]) -> list[float]:
     return torch.stack(tensors).tolist()
 
 
-def _sum_pairs(values: list[float]) -> tuple[float, float]:
-    """``(loss, nll)`` summed over batches from ``[loss_1, nll_1, loss_2, nll_2, ...]``, in batch order."""
+def _sum_pairs(values: list[Any]) -> tuple[Any, Any]:
+    """``(loss, nll)`` summed over batches from ``[loss_1, nll_1, loss_2, nll_2, ...]`` (numbers or 0-dim
+    tensors), in batch order."""
     return sum(values[0::2]), sum(values[1::2])
+
+
+def _all_sum(values: list[Tensor | float], where: torch.device) -> Tensor:
+    """The sums over ranks of a few numbers (0-dim tensors or host numbers), in float64, in one all-reduce,
+    left on the device: NCCL reduces on ``where``, gloo on the CPU. Host numbers are filled in on the device,
+    not copied there (a copy from pageable memory would wait for the device)."""
+    on = where if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.stack([v.detach().reshape(()).to(on, torch.float64) if isinstance(v, Tensor)
+                     else torch.full((), float(v), dtype=torch.float64, device=on) for v in values])  # (n,)
+    torch.distributed.all_reduce(t)
+    return t
 
 
 def _check_loss(loss: float, step: int) -> None:
@@ -280,7 +374,8 @@ def skipped_updates(history: list[dict[str, float]]) -> int:
     return int(sum(r.get("skipped", 0) for r in history))
 
 
-def _tokens_per_second(history: list[dict[str, float]], window: int = 10) -> float:
+def _recent(history: list[dict[str, float]], window: int = 10) -> tuple[float, float]:
+    """``(tokens, seconds)`` of the last ``window`` updates."""
     recent = history[-window:]
     before = history[-window - 1]["seconds"] if len(history) > window else 0.0
-    return sum(r["tokens"] for r in recent) / max(recent[-1]["seconds"] - before, 1e-9)
+    return sum(r["tokens"] for r in recent), recent[-1]["seconds"] - before

@@ -6,6 +6,7 @@ best weights); ``state.py`` is the format of its resumable state file.
     runs/<name>/
       args.json                 the recipe's settings (its ``Config``; ``--resume`` reads them)
       train_state.safetensors   weights, optimizer, schedule, fp16 loss scale, data position, random state
+      train_state/              the same, under FSDP: each rank's shards and meta.json (``state.py``)
       model.safetensors         the final weights and config (``aiayn.load``)
       best.safetensors          the weights with the lowest validation loss so far
       validation.json           one record per validation
@@ -194,9 +195,10 @@ def _same_file(fd: int, file: Path) -> bool:
 class Session:
     """The training side of a run folder: saving and restoring the state, keeping the best weights.
 
-    Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it. With
-    FSDP (:func:`aiayn.training.distributed.init` with ``fsdp=True``), the model is sharded over the ranks
-    here, and the optimizer built on the whole model is pointed at the shards.
+    Under ``torchrun`` every rank keeps one, and rank 0 alone locks the folder and writes to it (under FSDP
+    each rank also writes its shards of the training state). With FSDP
+    (:func:`aiayn.training.distributed.init` with ``fsdp=True``), the model is sharded over the ranks here,
+    and the optimizer built on the whole model is pointed at the shards.
 
     Args:
         folder: the run folder.
@@ -204,6 +206,8 @@ class Session:
         accum: batches per update on each rank.
         scaler: fp16's loss scaler; ``None``: one is made by the first ``fit(autocast="fp16")``, or by
             :meth:`restore` from a state that holds one.
+        param_dtype: under FSDP, the dtype weights are gathered and computed in (``torch.bfloat16`` for a
+            bf16 run), gradients reduced in float32 (:func:`aiayn.training.distributed.shard_model`).
 
     Attributes:
         position: batches of the whole stream consumed so far (by all ranks): where the data resumes.
@@ -211,7 +215,7 @@ class Session:
     """
 
     def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1,
-                 scaler: torch.amp.GradScaler | None = None) -> None:
+                 scaler: torch.amp.GradScaler | None = None, param_dtype: torch.dtype | None = None) -> None:
         self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
         self.scaler = scaler
         self.validation: list[dict[str, float]] = []
@@ -221,8 +225,8 @@ class Session:
         self.per_update = accum * distributed.world_size()  # batches of the stream per update
         if distributed.is_main():
             lock(folder)
-        if distributed.sharding():
-            distributed.shard_model(model, optimizer)
+        if distributed.sharding() and not distributed.is_sharded(model):  # (distributed.build_sharded's is)
+            distributed.shard_model(model, optimizer, param_dtype=param_dtype)
 
     def record_args(self, args: dict[str, Any]) -> None:
         """Write the settings this run goes on with (more steps, another device) to ``args.json``, which the next
@@ -287,8 +291,8 @@ class Session:
                 self.unlock()
 
     def save(self, step: int, history: list[dict[str, float]]) -> None:
-        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; every rank takes part,
-        rank 0 writes)."""
+        """What resuming needs, after ``step`` updates (``fit``'s ``save`` callback; every rank takes part:
+        rank 0 writes, or under FSDP each rank its shards)."""
         done, position = self._restored
         save_train_state(self.folder, self.model, self.optimizer, self.scheduler, step,
                          position + (step - done) * self.per_update,
