@@ -22,8 +22,12 @@ def test_an_lm_run_exports_to_gpt2_and_comes_back_equal(runs, tmp_path, capsys):
         torch.testing.assert_close(theirs(ids).logits, ours(ids), atol=1e-4, rtol=1e-4)
     back = aiayn.from_hf(tmp_path / "hf")
     assert back.cfg == ours.cfg and all(torch.equal(v, ours.state_dict()[k]) for k, v in back.state_dict().items())
-    # the run's character tokenizer is not in `tokenizers`' format: kept under its own name
-    assert (tmp_path / "hf" / "aiayn_tokenizer.json").is_file() and not (tmp_path / "hf" / "tokenizer.json").exists()
+    # the run's character tokenizer, written in `tokenizers`' own format (AutoTokenizer reads it), read back as ours
+    from aiayn.data import load_tokenizer
+
+    assert not (tmp_path / "hf" / "aiayn_tokenizer.json").exists()
+    exported = load_tokenizer(tmp_path / "hf" / "tokenizer.json")
+    assert exported.itos == load_tokenizer(runs["lm"] / "tokenizer.json").itos
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "GPT2LMHeadModel" in card and "task: `lm`" in card and "perplexity" in card
 
@@ -60,7 +64,7 @@ def test_an_lm_run_exports_to_onnx_and_onnxruntime_generates_its_tokens(runs, tm
     from aiayn.convert.onnx import OnnxGPT
 
     assert main(["export", str(runs["lm"]), "--to", "onnx", str(tmp_path / "onnx")]) == 0
-    assert "model.onnx" in capsys.readouterr().out and (tmp_path / "onnx" / "aiayn_tokenizer.json").is_file()
+    assert "model.onnx" in capsys.readouterr().out and (tmp_path / "onnx" / "tokenizer.json").is_file()
     model = aiayn.load(runs["lm"]).eval()
     prompt = torch.randint(4, model.cfg.vocab_size, (2, 5))
     expected = model.generate(prompt, max_new_tokens=6, do_sample=False)

@@ -14,9 +14,11 @@
 :func:`aiayn.convert.onnx.to_onnx`):
 
     RUN/model.safetensors      -> OUT/config.json + model.safetensors   (:func:`aiayn.convert.to_hf.to_hf`)
-    RUN/tokenizer.json         -> OUT/tokenizer.json + tokenizer_config.json (its special tokens)
-                                  (lm, mlm, denoise, textclass runs; a character tokenizer, not in tokenizers'
-                                  format, goes as aiayn_tokenizer.json)
+    RUN/tokenizer.json         -> OUT/tokenizer.json + tokenizer_config.json (its special tokens; a language
+                                  model's pads on the left, as batched generation wants)
+                                  (lm, mlm, denoise, textclass runs; a character tokenizer is rewritten in
+                                  tokenizers' own format, :meth:`aiayn.data.CharTokenizer.to_tokenizers`;
+                                  another that transformers cannot read goes as aiayn_tokenizer.json)
     RUN/src_, tgt_tokenizer.json -> OUT/tokenizer.json when one joint BPE serves both sides; else both, as they are
     RUN/source.spm, target.spm, vocab.json -> the same (a converted Marian: MarianTokenizer reads them)
     RUN/classes.json           -> config.json's id2label / label2id     (textclass)
@@ -206,10 +208,18 @@ def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force
             from aiayn.convert.onnx import to_onnx
 
             to_onnx(model, tmp)
-            _copy_tokenizers(folder, tmp)
+            _copy_tokenizers(folder, tmp, left=_generates(model))
         else:
             _to_hf_folder(model, folder, tmp)
     return out
+
+
+def _generates(model: nn.Module) -> bool:
+    """Whether ``model`` is a decoder-only language model, whose exported tokenizer pads on the left: batched
+    ``generate`` appends each row's next token at the end, so every row's prompt must end there."""
+    from aiayn.models.gpt import GPT
+
+    return isinstance(model, GPT) and model.cfg.head == "lm"
 
 
 def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:
@@ -218,7 +228,7 @@ def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:
     from aiayn.convert.to_hf import to_hf
 
     to_hf(model, out)
-    tokenizers = _copy_tokenizers(folder, out)
+    tokenizers = _copy_tokenizers(folder, out, left=_generates(model))
     if (folder / "classes.json").is_file():  # a textclass run's class names
         classes = read_json(folder / "classes.json", "a list of class names", list)
         config = json.loads((out / "config.json").read_text())
@@ -229,15 +239,38 @@ def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:
     write_text(out / "README.md", model_card(info, json.loads((out / "config.json").read_text()), tokenizers))
 
 
-def _copy_tokenizers(folder: Path, out: Path) -> list[str]:
-    """Copy what the run's tokenizers are into ``out``; the names written."""
+def _copy_tokenizers(folder: Path, out: Path, left: bool = False) -> list[str]:
+    """Copy what the run's tokenizers are into ``out``; the names written.
+
+    Args:
+        left: the tokenizer pads on the left (``padding_side`` in ``tokenizer_config.json``), for a language model.
+
+    Raises:
+        ValueError: naming it, a run's ``tokenizer.json`` that is not JSON, or says it is a character tokenizer
+            and is not one.
+    """
     written = []
-    if (folder / "tokenizer.json").is_file():  # a `tokenizers` JSON keeps its name; our character one is renamed
-        name = "tokenizer.json" if _is_tokenizers_json(folder / "tokenizer.json") else "aiayn_tokenizer.json"
-        shutil.copyfile(folder / "tokenizer.json", out / name)
-        written.append(name)
-        if name == "tokenizer.json" and _tokenizer_config(out / name, out):
-            written.append("tokenizer_config.json")
+    run_tokenizer = folder / "tokenizer.json"
+    if run_tokenizer.is_file():
+        if _is_tokenizers_json(run_tokenizer):  # copied as it is: PreTrainedTokenizerFast reads it
+            shutil.copyfile(run_tokenizer, out / "tokenizer.json")
+            written.append("tokenizer.json")
+            if _tokenizer_config(out / "tokenizer.json", out, left=left):
+                written.append("tokenizer_config.json")
+        elif read_json(run_tokenizer, "a tokenizer").get("type") == "char":
+            # transformers cannot read our character tokenizer's JSON: the same ids in tokenizers' format
+            from aiayn.data.tokenizer import CharTokenizer
+
+            char = CharTokenizer.load(run_tokenizer)
+            write_text(out / "tokenizer.json", char.to_tokenizers().to_str(pretty=True))
+            # text spelling "<s>" is three characters, as CharTokenizer.encode reads it (to_tokenizers' flag,
+            # which tokenizer.json does not keep); no clean-up of spaces, which are characters like any other
+            _tokenizer_config(out / "tokenizer.json", out, left=left, split_special_tokens=True,
+                              clean_up_tokenization_spaces=False)
+            written += ["tokenizer.json", "tokenizer_config.json"]
+        else:  # another tokenizer of ours that transformers does not read: kept, under a name it does not open
+            shutil.copyfile(run_tokenizer, out / "aiayn_tokenizer.json")
+            written.append("aiayn_tokenizer.json")
     pair = [folder / "src_tokenizer.json", folder / "tgt_tokenizer.json"]
     if all(p.is_file() for p in pair):
         if any((folder / f).is_file() for f in SPM_FILES):  # a converted Marian: MarianTokenizer's own files
@@ -263,14 +296,21 @@ SPECIAL_ROLES = {"[PAD]": "pad_token", "[UNK]": "unk_token", "[CLS]": "cls_token
                  "</s>": "eos_token"}
 
 
-def _tokenizer_config(path: Path, out: Path) -> bool:
+def _tokenizer_config(path: Path, out: Path, left: bool = False, **settings: bool) -> bool:
     """Write ``tokenizer_config.json`` naming the special tokens ``tokenizer.json`` holds, so that
-    ``AutoTokenizer.from_pretrained`` pads and adds them as we do; whether it was written."""
+    ``AutoTokenizer.from_pretrained`` pads and adds them as we do; whether it was written.
+
+    Args:
+        left: ``"padding_side": "left"`` (a language model's); else transformers' default, the right.
+        settings: other keys of ``tokenizer_config.json`` (``split_special_tokens=True``).
+    """
     vocab = json.loads(path.read_text(encoding="utf-8"))["model"].get("vocab", {})
     roles = {role: token for token, role in SPECIAL_ROLES.items() if token in vocab}
     if not roles:
         return False
-    write_json(out / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **roles})
+    side = {"padding_side": "left"} if left else {}
+    write_json(out / "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", **roles, **side,
+                                               **settings})
     return True
 
 

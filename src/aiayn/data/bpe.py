@@ -24,7 +24,17 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from aiayn.data.tokenizer import BOS, EOS, PAD, SPECIALS, UNK, CharTokenizer, content_ids, read_json
+from aiayn.data.tokenizer import (
+    BOS,
+    EOS,
+    PAD,
+    SPECIALS,
+    UNK,
+    CharTokenizer,
+    content_ids,
+    is_char_tokenizers_json,
+    read_json,
+)
 from aiayn.io import write_text
 
 if TYPE_CHECKING:
@@ -169,6 +179,8 @@ def load_tokenizer(path: str | os.PathLike
     data = read_json(path)
     if data.get("type") == "char":
         return CharTokenizer.load(path)
+    if is_char_tokenizers_json(data):  # ours as `aiayn export` writes it for transformers: the same ids
+        return CharTokenizer.from_tokenizers(data, path)
     if data.get("type") == "sentencepiece":  # a Marian's, which `aiayn convert hf-marian` writes
         from aiayn.data.sentencepiece import SentencePieceTokenizer
 

@@ -97,6 +97,8 @@ def open_image(path: str | os.PathLike, rgba: bool = False) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"no image at {path}")
     try:
+        with Image.open(path) as im:  # verify first: a file cut short may still decode to a whole picture
+            im.verify()  # (its last pixels made up from what was left), caught only by its checksums
         with Image.open(path) as im:
             return im.convert("RGBA" if rgba and im.mode in ("RGBA", "LA", "P") else "RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:

@@ -1,7 +1,9 @@
 """Model families: each file holds a config dataclass, its presets and the modules.
 
 The registry maps a preset name to a config and a config type to its model, so
-``aiayn.build("transformer-base")`` and ``aiayn.load(path)`` need no family-specific code.
+``aiayn.build("transformer-base")`` and ``aiayn.load(path)`` need no family-specific code. The model classes are
+here too, each with ``from_pretrained`` / ``save_pretrained`` (:mod:`aiayn.models.pretrained`):
+``aiayn.models.GPT.from_pretrained("runs/lm-dates")``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,21 @@ from typing import Any
 from torch import nn
 
 from aiayn.models import bart, bert, detr, gpt, swin, transformer, vit
+from aiayn.models.bert import BERT
 from aiayn.models.config import override, suggest
+from aiayn.models.detr import DETR
+from aiayn.models.gpt import GPT
+from aiayn.models.swin import Swin
+from aiayn.models.transformer import Transformer
+from aiayn.models.vit import ViT
 
 FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
-    "transformer": (transformer.TransformerConfig, transformer.Transformer),
-    "gpt": (gpt.GPTConfig, gpt.GPT),
-    "bert": (bert.BertConfig, bert.BERT),
-    "vit": (vit.ViTConfig, vit.ViT),
-    "swin": (swin.SwinConfig, swin.Swin),
-    "detr": (detr.DetrConfig, detr.DETR),
+    "transformer": (transformer.TransformerConfig, Transformer),
+    "gpt": (gpt.GPTConfig, GPT),
+    "bert": (bert.BertConfig, BERT),
+    "vit": (vit.ViTConfig, ViT),
+    "swin": (swin.SwinConfig, Swin),
+    "detr": (detr.DetrConfig, DETR),
 }
 _PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS, **bart.PRESETS, **vit.PRESETS,
                            **swin.PRESETS, **detr.PRESETS}

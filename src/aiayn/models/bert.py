@@ -26,6 +26,7 @@ from aiayn.layers import Embedding, EncoderBlock, Stack, padding_mask, tied_line
 from aiayn.layers.embedding import check_ids
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.pretrained import PretrainedMixin
 
 HEADS = ("none", "pretraining", "mlm", "classification")
 
@@ -94,7 +95,7 @@ class MaskedLMHead(nn.Module):
         return tied_linear(self.norm(self.activation(self.dense(hidden))), self.tokens, self.bias)
 
 
-class BERT(nn.Module):
+class BERT(PretrainedMixin, nn.Module):
     """BERT; ``forward(ids, token_type_ids, attention_mask)`` returns hidden states ``(B, T, C)``."""
 
     def __init__(self, cfg: BertConfig) -> None:

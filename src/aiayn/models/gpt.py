@@ -44,6 +44,7 @@ from aiayn.layers.feedforward import ACTIVATIONS, GATED
 from aiayn.layers.linear import Linear
 from aiayn.layers.positional import rope_frequencies
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.pretrained import PretrainedMixin
 
 POSITIONAL = ("learned", "rope")
 HEADS = ("lm", "classification")
@@ -195,7 +196,7 @@ PRESETS = {
 }
 
 
-class GPT(nn.Module):
+class GPT(PretrainedMixin, nn.Module):
     """Decoder-only language model; ``forward(ids)`` returns next-token logits ``(B, T, V)``."""
 
     def __init__(self, cfg: GPTConfig) -> None:

@@ -57,6 +57,7 @@ from aiayn.layers.vision import (
     window_reverse,
 )
 from aiayn.models.config import check_positive, check_probability
+from aiayn.models.pretrained import PretrainedMixin
 
 # the fast path without gradients attends this many patches' worth of windows at a time (as the MLP its rows)
 CHUNK_TOKENS = CHUNK_ROWS
@@ -237,7 +238,7 @@ class SwinStage(nn.Module):
         return x
 
 
-class Swin(nn.Module):
+class Swin(PretrainedMixin, nn.Module):
     """Swin Transformer; ``forward(images)`` returns class logits ``(B, K)``."""
 
     def __init__(self, cfg: SwinConfig) -> None:

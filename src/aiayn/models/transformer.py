@@ -19,6 +19,7 @@ from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.layers.linear import Linear
 from aiayn.layers.scoring import SCORINGS, Scorer, make_scorer
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.pretrained import PretrainedMixin
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ PRESETS = {
 }
 
 
-class Transformer(nn.Module):
+class Transformer(PretrainedMixin, nn.Module):
     """The encoder-decoder Transformer; ``forward(src_ids, tgt_ids)`` returns logits ``(B, T, V)``."""
 
     def __init__(self, cfg: TransformerConfig) -> None:

@@ -27,6 +27,7 @@ from aiayn.layers import EncoderBlock, Stack
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.layers.vision import PatchEmbedding, check_images
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.pretrained import PretrainedMixin
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def resize_positions(table: Tensor, grid: tuple[int, int]) -> Tensor:
     return square.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], c)
 
 
-class ViT(nn.Module):
+class ViT(PretrainedMixin, nn.Module):
     """Vision Transformer; ``forward(images)`` returns class logits ``(B, K)``."""
 
     def __init__(self, cfg: ViTConfig) -> None:

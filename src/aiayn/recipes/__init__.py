@@ -127,7 +127,10 @@ def resume(run: str | os.PathLike, steps: int | None = None, progress: bool = Tr
     from aiayn.training import train_state_info
     from aiayn.training.session import read_args
 
-    cfg = from_dict(read_args(run))
+    try:
+        cfg = from_dict(read_args(run))
+    except (TypeError, ValueError) as e:  # a setting of the wrong type or value: the file is what is wrong
+        raise ValueError(f"{Path(run) / 'args.json'}: {e}") from e
     changes: dict[str, Any] = {} if steps is None else {"steps": steps}
     if device is not None:
         changes["device"] = device

@@ -254,7 +254,11 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler,
                       param_dtype=torch.bfloat16 if cfg.bf16 else None)  # FSDP: bf16 compute, float32 reduce
     if resume is not None:  # args.json changes only now: a refused resume leaves the run as it was
-        done, _ = session.restore()
+        try:
+            done, _ = session.restore()
+        except BaseException:  # an unreadable state: the folder stays as it was, unlocked
+            session.unlock()
+            raise
         if cfg.minutes is None and done > cfg.steps:
             session.unlock()
             raise ValueError(f"steps={cfg.steps} is fewer than the {done} updates {folder} has done; give --steps "

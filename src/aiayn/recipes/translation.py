@@ -237,6 +237,10 @@ def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, ba
     """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
     ``model``'s device."""
     where = devices.of(model)
+    for i, text in enumerate(texts):  # longer than the positions: refused, not cut or read past the table
+        if (n := len(src_tok.encode(text)) + 1) > model.cfg.max_len:  # (+ </s>)
+            raise ValueError(f"text {i + 1} (line {i + 1} of the input) is {n} tokens with its </s>; the model reads "
+                             f"at most {model.cfg.max_len} (its max_len): split it")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: list[str] = [""] * len(texts)
     for i in range(0, len(order), batch_size):

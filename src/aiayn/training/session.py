@@ -170,6 +170,20 @@ def _open_lock(file: Path) -> int:
     return fd
 
 
+def remove_temporaries(folder: Path) -> list[str]:
+    """Remove the temporary files (``.NAME.*.tmp``, :func:`aiayn.io.atomic_write`'s) that saves killed mid-way
+    left in the run ``folder`` and its ``checkpoints/``; the names removed. Only while this process holds the
+    folder's lock: no other process writes there then, so every such file is a dead save's. A file of the user's
+    (``notes.tmp``, not hidden) is left."""
+    removed = []
+    for tmp in [*folder.glob(".?*.?*.tmp"), *folder.glob("checkpoints/.?*.?*.tmp")]:
+        if tmp.is_file() and not tmp.is_symlink():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(str(tmp.relative_to(folder)))
+    return removed
+
+
 def _try_lock(fd: int) -> bool:
     try:
         if os.name == "nt":
@@ -225,6 +239,7 @@ class Session:
         self.per_update = accum * distributed.world_size()  # batches of the stream per update
         if distributed.is_main():
             lock(folder)
+            remove_temporaries(folder)
         if distributed.sharding() and not distributed.is_sharded(model):  # (distributed.build_sharded's is)
             distributed.shard_model(model, optimizer, param_dtype=param_dtype)
 

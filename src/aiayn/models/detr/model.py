@@ -36,6 +36,7 @@ from aiayn.layers import DecoderBlock, EncoderBlock, Stack, sine_encoding_2d
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.detr.backbone import BLOCKS, ResNet
+from aiayn.models.pretrained import PretrainedMixin
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class MLP(nn.Module):
         return x
 
 
-class DETR(nn.Module):
+class DETR(PretrainedMixin, nn.Module):
     """DETR; ``forward(images, pixel_mask=None)`` returns ``{"logits", "boxes", "aux"}`` (module docstring)."""
 
     def __init__(self, cfg: DetrConfig) -> None:

@@ -1,0 +1,138 @@
+"""``from_pretrained`` / ``save_pretrained`` on every model class (aiayn.models.pretrained): a model saved as a
+Hugging Face folder opens in ``transformers`` with the same outputs and comes back the same; a run folder, a
+Hugging Face folder and a model id (a Hugging Face cache built here: no download) all load; another family's
+folder, and a config Hugging Face cannot express, are refused by name. Tiny random models only."""
+
+import shutil
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.models import BERT, DETR, GPT, Swin, Transformer, ViT
+
+transformers = pytest.importorskip("transformers")
+pytestmark = [pytest.mark.parity, pytest.mark.usefixtures("one_thread")]  # see tests/conftest.py
+
+
+def randomized(model):
+    """Biases and norm gains moved off their 0/1 start, so one dropped or mixed up on the way shows."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model.eval()
+
+
+def same_state(a, b) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def gpt():
+    return randomized(aiayn.build("gpt-tiny", vocab_size=61, max_len=32, d_model=32, n_heads=4, n_layers=2, d_ff=64))
+
+
+# each class: a tiny model, the transformers auto class its folder opens with, and a call of ours and of theirs
+# on the same input that should give the same tensor
+CASES = {
+    "GPT": (GPT, gpt, transformers.AutoModelForCausalLM,
+            lambda ours, ids: ours(ids), lambda hf, ids: hf(ids).logits),
+    "BERT": (BERT, lambda: randomized(aiayn.build("bert-tiny", vocab_size=61, max_len=32, d_model=32, n_heads=4,
+                                                  n_layers=2, d_ff=64, head="none")), transformers.AutoModel,
+             lambda ours, ids: ours(ids), lambda hf, ids: hf(input_ids=ids).last_hidden_state),
+    "Transformer": (Transformer, lambda: randomized(aiayn.build(
+        "bart-tiny", d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, src_vocab_size=61,
+        tgt_vocab_size=61, max_len=32, output_bias=True, pad_id=1)), transformers.AutoModelForSeq2SeqLM,
+        lambda ours, ids: ours(ids, ids), lambda hf, ids: hf(input_ids=ids, decoder_input_ids=ids).logits),
+    "ViT": (ViT, lambda: randomized(aiayn.build("vit-tiny", n_layers=2, num_classes=5)),
+            transformers.AutoModelForImageClassification, lambda ours, x: ours(x), lambda hf, x: hf(x).logits),
+    "Swin": (Swin, lambda: randomized(aiayn.build("swin-tiny", num_classes=5)),
+             transformers.AutoModelForImageClassification, lambda ours, x: ours(x), lambda hf, x: hf(x).logits),
+    "DETR": (DETR, lambda: randomized(aiayn.build("detr-tiny", n_encoder_layers=1, backbone_frozen_stages=2)),
+             transformers.AutoModelForObjectDetection, lambda ours, x: ours(x)["boxes"],
+             lambda hf, x: hf(pixel_values=x).pred_boxes),
+}
+
+
+def example(model):
+    """An input ``model`` takes: token ids (ids 2.. so none is padding) or images of its size."""
+    cfg = model.cfg
+    if hasattr(cfg, "image_size"):
+        return torch.randn(2, cfg.in_channels, cfg.image_size, cfg.image_size)
+    if isinstance(model, DETR):
+        return torch.randn(2, 3, 64, 96)
+    vocab = getattr(cfg, "vocab_size", None) or cfg.src_vocab_size
+    return torch.randint(2, vocab, (2, 9))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_save_pretrained_opens_in_transformers_with_the_same_outputs_and_comes_back(name, tmp_path):
+    cls, make, auto, ours_of, theirs_of = CASES[name]
+    ours = make()
+    assert ours.save_pretrained(tmp_path / "hf") == tmp_path / "hf"
+    theirs, info = auto.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info
+    x = example(ours)
+    with torch.no_grad():
+        torch.testing.assert_close(ours_of(ours, x), theirs_of(theirs.eval(), x), atol=1e-5, rtol=1e-5)
+    back = cls.from_pretrained(tmp_path / "hf")
+    assert type(back) is cls and back.cfg == ours.cfg and not back.training
+    same_state(back, ours)
+
+
+def test_a_run_folder_comes_back_with_its_state_dict(tmp_path):
+    model = gpt()
+    aiayn.save(model, tmp_path / "run")  # what the recipes write: model.safetensors holding the config
+    back = GPT.from_pretrained(tmp_path / "run")
+    assert back.cfg == model.cfg and not back.training
+    same_state(back, model)
+    same_state(GPT.from_pretrained(tmp_path / "run" / "model.safetensors"), model)  # the file itself, too
+
+
+def test_format_aiayn_keeps_a_config_hugging_face_cannot_express(tmp_path):
+    model = randomized(aiayn.build("transformer-tiny", norm_first=True))  # the paper's sinusoids, pre-norm
+    with pytest.raises(ValueError, match=r"^norm_first=True cannot be exported to Hugging Face"):
+        model.save_pretrained(tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    model.save_pretrained(tmp_path / "ours", format="aiayn")
+    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["model.safetensors"]
+    same_state(Transformer.from_pretrained(tmp_path / "ours"), model)
+    with pytest.raises(ValueError, match=r"format='onnx': expected one of \('hf', 'aiayn'\)"):
+        model.save_pretrained(tmp_path / "x", format="onnx")
+
+
+def test_another_family_s_folder_is_refused_naming_folder_what_it_holds_and_what_was_asked(tmp_path):
+    bert = randomized(aiayn.build("bert-tiny", vocab_size=61, max_len=32, d_model=32, n_heads=4, n_layers=1, d_ff=64))
+    bert.save_pretrained(tmp_path / "bert-hf")
+    bert.save_pretrained(tmp_path / "bert-run", format="aiayn")
+    with pytest.raises(ValueError, match=r"bert-hf holds a Hugging Face 'bert' model, which converts to our BERT, "
+                                         r"not a GPT"):
+        GPT.from_pretrained(tmp_path / "bert-hf")
+    with pytest.raises(ValueError, match=r"bert-run holds an aiayn BERT, not a GPT"):
+        GPT.from_pretrained(tmp_path / "bert-run")
+    with pytest.raises(FileNotFoundError, match=r"holds neither config.json .* nor model.safetensors"):
+        GPT.from_pretrained(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty holds neither"):
+        GPT.from_pretrained(tmp_path / "empty")
+
+
+def test_a_model_id_is_read_from_the_hugging_face_cache(tmp_path, monkeypatch):
+    hub_constants = pytest.importorskip("huggingface_hub.constants")
+    model = gpt()
+    model.save_pretrained(tmp_path / "hf")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    root = tmp_path / "hub" / "models--someone--tiny-gpt"  # the layout huggingface_hub keeps
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / "main").write_text(commit)
+    shutil.copytree(tmp_path / "hf", root / "snapshots" / commit)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)  # "someone/tiny-gpt" is no folder here
+    same_state(GPT.from_pretrained("someone/tiny-gpt"), model)
+    with pytest.raises(ValueError, match=r"holds a Hugging Face 'gpt2' model, which converts to our GPT, not a BERT"):
+        BERT.from_pretrained("someone/tiny-gpt")
+    with pytest.raises(FileNotFoundError, match=r"someone/absent is not in the Hugging Face cache"):
+        GPT.from_pretrained("someone/absent")
