@@ -31,6 +31,7 @@ from torch import Tensor, nn
 import aiayn
 
 if TYPE_CHECKING:
+    from aiayn.data.callable import CallableTokenizer
     from aiayn.models.bert import BERT
 
 
@@ -50,20 +51,32 @@ class Pipeline:
         to), ``classes`` (textclass), ``detector`` (detect)."""
         return dict(self._parts)
 
+    @property
+    def tokenizer(self) -> CallableTokenizer:
+        """The model's tokenizer, called as ``transformers``' are (:class:`aiayn.data.callable.CallableTokenizer`):
+        ``p.tokenizer(texts, return_tensors="pt", padding=True)`` adds the specials this model reads and pads on
+        its side; ``p.tokenizer.batch_decode(ids, skip_special_tokens=True)``.
+
+        Raises:
+            ValueError: an image model (a ViT, Swin or DETR), which reads no text.
+        """
+        return _callable(self.task, self._parts, self.source, getattr(self.model, "cfg", None))
+
     def _need(self, task: str) -> None:
         if task != self.task:
             raise ValueError(f"{self.source} holds a {type(self.model).__name__}, which can {self.task}, not {task}")
 
-    def translate(self, texts: list[str], beam: int = 1) -> list[str]:
-        """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives."""
+    def translate(self, texts: str | list[str], beam: int = 1) -> str | list[str]:
+        """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives;
+        one text gives one translation, a list a list."""
         from aiayn.recipes.translation import translate_texts
 
         self._need("translate")
-        if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings, got one string")
         if beam < 1:
             raise ValueError(f"beam must be >= 1, got {beam}")
-        return translate_texts(self.model, self._parts["src_tok"], self._parts["tgt_tok"], list(texts), beam=beam)
+        out = translate_texts(self.model, self._parts["src_tok"], self._parts["tgt_tok"],
+                              [texts] if isinstance(texts, str) else list(texts), beam=beam)
+        return out[0] if isinstance(texts, str) else out
 
     def generate(self, prompts: str | list[str], max_new_tokens: int = 200, temperature: float = 0.8,
                  top_k: int | None = None, top_p: float | None = None, stop: list[str] | None = None,
@@ -91,29 +104,35 @@ class Pipeline:
                  for p in ([prompts] if isinstance(prompts, str) else prompts)]
         return texts[0] if isinstance(prompts, str) else texts
 
-    def embed(self, texts: list[str], batch_size: int = 64) -> Tensor:
-        """``(N, C)`` L2-normalised sentence embeddings (mean pooling), on the CPU, as ``aiayn embed`` gives."""
+    def embed(self, texts: str | list[str], batch_size: int = 64) -> Tensor:
+        """``(N, C)`` L2-normalised sentence embeddings (mean pooling), on the CPU, as ``aiayn embed`` gives;
+        one text gives one ``(C,)`` vector."""
         from aiayn.recipes.mlm import embed_texts
 
         self._need("embed")
-        return embed_texts(cast("BERT", self.model), self._parts["tok"], self._parts["max_len"], texts, batch_size)
+        out = embed_texts(cast("BERT", self.model), self._parts["tok"], self._parts["max_len"],
+                          [texts] if isinstance(texts, str) else texts, batch_size)
+        return out[0] if isinstance(texts, str) else out
 
-    def classify(self, images: list[str | os.PathLike | Tensor] | list[str], top: int = 3,
-                 invert: bool | None = None) -> list[dict[str, Any]]:
+    def classify(self, images: str | list[str | os.PathLike | Tensor] | list[str], top: int = 3,
+                 invert: bool | None = None) -> dict[str, Any] | list[dict[str, Any]]:
         """The ``top`` classes of each image (a file, or a ``(C, H, W)`` tensor in [0, 1]), as ``aiayn classify``
         gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file); for
-        a textclass run, of each text (``{"text", "top"}``; ``top`` at most the number of classes)."""
+        a textclass run, of each text (``{"text", "top"}``; ``top`` at most the number of classes), where one text
+        (a string) gives one answer. An image run takes a list only (one string would be a file's name)."""
         from aiayn.recipes.image import classify_images, pixel_norm, read_image_file
 
         self._need("classify")
-        if isinstance(images, (str, os.PathLike)):  # one file would be read as a list of one-letter names
-            raise TypeError("images must be a list (of files, tensors or texts), got one")
         if "classes" in self._parts:  # a text classifier
             from aiayn.recipes.textclass import classify_texts
 
             parts = self._parts
-            return classify_texts(cast("BERT", self.model), parts["tok"], parts["classes"], cast(list, images),
-                                  min(top, len(parts["classes"])), parts["max_len"])
+            found = classify_texts(cast("BERT", self.model), parts["tok"], parts["classes"],
+                                   [images] if isinstance(images, str) else cast(list, images),
+                                   min(top, len(parts["classes"])), parts["max_len"])
+            return found[0] if isinstance(images, str) else found
+        if isinstance(images, (str, os.PathLike)):  # one file would be read as a list of one-letter names
+            raise TypeError("images must be a list (of files, tensors or texts), got one")
         if top < 1:
             raise ValueError(f"top must be >= 1, got {top}")
         pictures = [x if isinstance(x, Tensor) else read_image_file(x) for x in images]
@@ -216,6 +235,75 @@ def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
     return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
 
 
+def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
+    """The callable tokenizer of a run folder or a Hugging Face folder (or model id), as ``transformers``'
+    ``AutoTokenizer.from_pretrained`` gives one, without reading the weights: what ``pipeline(source).tokenizer``
+    is (:class:`aiayn.data.callable.CallableTokenizer`).
+
+    Raises:
+        FileNotFoundError: ``source`` holds no tokenizer.
+        ValueError: ``source`` holds an image model, or a model no pipeline runs.
+    """
+    from aiayn.data import load_tokenizer
+    from aiayn.recipes import mlm
+    from aiayn.training.checkpoint import saved_config
+
+    folder = Path(source)
+    if not folder.exists():
+        from aiayn.convert import hf_folder
+
+        folder = hf_folder(source)
+    if (folder / "src_tokenizer.json").is_file():
+        return _callable("translate", {"src_tok": load_tokenizer(folder / "src_tokenizer.json"),
+                                       "tgt_tok": load_tokenizer(folder / "tgt_tokenizer.json")}, folder)
+    if (folder / "config.json").is_file():
+        import json
+
+        kind = json.loads((folder / "config.json").read_text()).get("model_type")
+        if kind == "gpt2" and (folder / "tokenizer.json").is_file():
+            return _callable("generate", {"tok": load_tokenizer(folder / "tokenizer.json")}, folder)
+        if kind == "marian" and (folder / "source.spm").is_file():
+            from aiayn.data.sentencepiece import marian_tokenizers
+
+            src_tok, tgt_tok = marian_tokenizers(folder)
+            return _callable("translate", {"src_tok": src_tok, "tgt_tok": tgt_tok}, folder)
+        return _callable("embed", {"tok": mlm.bert_tokenizer(folder)}, folder)
+    cfg = saved_config(folder)
+    kind = type(cfg).__name__
+    if kind in ("BertConfig", "GPTConfig") and (folder / "classes.json").is_file():
+        from aiayn.recipes.textclass import load_text_tokenizer
+
+        return _callable("classify", {"tok": load_text_tokenizer(folder / "tokenizer.json"), "classes": []},
+                         folder, cfg)
+    if kind == "GPTConfig":
+        return _callable("generate", {"tok": load_tokenizer(folder / "tokenizer.json")}, folder, cfg)
+    if kind == "BertConfig":
+        return _callable("embed", {"tok": mlm.bert_tokenizer(folder)}, folder, cfg)
+    if kind == "TransformerConfig":  # a denoising run: one tokenizer for both sides
+        one = load_tokenizer(folder / "tokenizer.json")
+        return _callable("translate", {"src_tok": one, "tgt_tok": one}, folder, cfg)
+    return _callable(kind, {}, folder)
+
+
+def _callable(task: str, parts: dict[str, Any], source: Path, cfg: Any = None) -> CallableTokenizer:
+    """The callable tokenizer of a model that does ``task`` with ``parts``, adding the specials it was
+    trained to read: a translation's source ``text </s>`` (:func:`aiayn.data.batching.encode_pairs`), a GPT's
+    prompt as it is, padded on the left, a BERT's ``[CLS] text [SEP]``, a GPT classifier's ``text <end-of-text>``
+    (:func:`aiayn.recipes.textclass.encode`)."""
+    from aiayn.data.callable import CallableTokenizer
+    from aiayn.data.wordpiece import WordPieceTokenizer
+
+    longest = getattr(cfg, "max_len", None)
+    if task == "translate":
+        return CallableTokenizer(parts["src_tok"], "eos", decoder=parts["tgt_tok"], max_length=longest)
+    if task == "generate":
+        return CallableTokenizer(parts["tok"], "none", padding_side="left", max_length=longest)
+    if "tok" in parts:  # a BERT, or a GPT classifier
+        bert = isinstance(parts["tok"], WordPieceTokenizer)
+        return CallableTokenizer(parts["tok"], "bert" if bert else "eos", max_length=parts.get("max_len", longest))
+    raise ValueError(f"{source} holds an image model ({task}), which reads no text: it has no tokenizer")
+
+
 TLDR = "\nTL;DR:"  # Radford et al. 2019, section 3.6: the prompt that asks a language model for a summary
 
 
@@ -257,4 +345,4 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
     return out.strip()
 
 
-__all__ = ["TLDR", "Pipeline", "pipeline", "tldr"]
+__all__ = ["TLDR", "Pipeline", "pipeline", "tldr", "tokenizer"]

@@ -87,6 +87,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def read_json(path: str | os.PathLike, what: str, kind: type = dict) -> Any:
+    """The JSON object (or other ``kind``: ``list``) in the file at ``path``, which should be ``what`` (for the
+    message).
+
+    Raises:
+        FileNotFoundError: no file there; ValueError: naming ``path``, when it is not UTF-8, not JSON or not a
+            ``kind``.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}), so not {what}") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e}), so not {what}") from e
+    if not isinstance(data, kind):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not {what} (a JSON {kind.__name__})")
+    return data
+
+
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically."""
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -6,13 +6,33 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn, cast
 
 from aiayn import __version__
 from aiayn.viz.files import WHATS
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that gives every flag's default, unless its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or action.default is argparse.SUPPRESS or "default" in text
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return text
+        d = action.default
+        shown = ("none" if d is None else ("on" if d else "off") if isinstance(d, bool)
+                 else " ".join(map(str, d)) if isinstance(d, list) else d)
+        return f"{text} (default: {shown})".lstrip().replace("%", "%%") if text else f"default: {shown}"
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line of help, status 2, no traceback
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -35,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     tr.add_argument("--device", default=None, help=DEVICE_HELP)
     tr.add_argument("--int8", action="store_true", help=INT8_HELP)
-    tr.add_argument("text", nargs="*", help="sentences to translate; none: read lines from standard input")
+    tr.add_argument("text", nargs="*", help="sentences to translate; none: the lines of --input, else of standard "
+                                            "input")
+    _batch_flags(tr, "one translation per line")
 
     e = sub.add_parser("evaluate", help="score a saved run: BLEU and chrF (translation), perplexity (lm), masked-token "
                                         "accuracy (mlm), accuracy and confusion matrix (image), mAP (detect), "
@@ -64,15 +86,17 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="continue a prompt with a language model, streaming the text")
     g.add_argument("--run", required=True, help="run folder of `aiayn train --task lm` or `aiayn convert`")
     g.add_argument("--prompt", default="", help="text to continue (default: none, start from end-of-text)")
-    g.add_argument("--max-new-tokens", type=int, default=200)
+    g.add_argument("--max-new-tokens", type=int, default=200, help="tokens made after the prompt, at most")
     g.add_argument("--temperature", type=float, default=0.8, help="0 is greedy")
-    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-k", type=int, default=None, help="sample among the K most likely tokens only")
     g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the most likely tokens "
                                                                "whose probabilities sum to P")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
+    _batch_flags(g, "JSON lines {prompt, text}; one prompt a line of --input, generated one after another",
+                 batch_size=False)
 
     cv = sub.add_parser("convert", help="a Hugging Face model folder -> an aiayn run folder (weights + tokenizer)")
     cv.add_argument("paths", nargs="+", metavar="[KIND] FOLDER OUT",
@@ -94,14 +118,19 @@ def _parser() -> argparse.ArgumentParser:
     em.add_argument("--similarity", action="store_true", help="print the cosine similarities instead")
     em.add_argument("--device", default=None, help=DEVICE_HELP)
     em.add_argument("--int8", action="store_true", help=INT8_HELP)
-    em.add_argument("text", nargs="*", help="sentences; none: read lines from standard input")
+    em.add_argument("text", nargs="*", help="sentences; none: the lines of --input, else of standard input")
+    _batch_flags(em, "the vectors as a .npy array (N, C) when FILE ends in .npy, else JSON lines")
 
-    cl = sub.add_parser("classify", help="the top classes of image files with a run of `aiayn train --task image`")
-    cl.add_argument("--run", required=True, help="run folder of `aiayn train --task image`")
-    cl.add_argument("--top", type=int, default=3, help="classes shown per image")
+    cl = sub.add_parser("classify", help="the top classes of texts (a run of `aiayn train textclass`) or of image "
+                                         "files (a run of `aiayn train image`); the run says which")
+    cl.add_argument("--run", required=True, help="run folder of `aiayn train textclass` or `aiayn train image`")
+    cl.add_argument("--top", type=int, default=3, help="classes shown per input (a text run: at most its classes)")
     cl.add_argument("--device", default=None, help=DEVICE_HELP)
     cl.add_argument("--int8", action="store_true", help=INT8_HELP)
-    cl.add_argument("images", nargs="+", help="PNG, JPEG or .npy files")
+    cl.add_argument("inputs", nargs="*", metavar="TEXT|IMAGE",
+                    help="a textclass run: texts (none: the lines of --input, else of standard input); an image "
+                         "run: PNG, JPEG or .npy files")
+    _batch_flags(cl, "JSON lines {text, label, score, top}; textclass runs")
 
     d = sub.add_parser("detect", help="find objects in an image with a run of `aiayn train --task detect`")
     d.add_argument("--run", required=True, help="run folder of `aiayn train --task detect`")
@@ -111,14 +140,16 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="picture with the boxes drawn (default RUN/detections/IMAGE.png)")
     d.add_argument("image", help="an image file")
 
-    c = sub.add_parser("count", help="parameters and forward multiply-adds of a preset, by part (no weights needed)")
-    c.add_argument("preset")
+    c = sub.add_parser("count", help="parameters and forward multiply-adds of a preset, a run folder or a Hugging "
+                                     "Face folder, by part (a preset needs no weights)")
+    c.add_argument("preset", metavar="PRESET|FOLDER", help="a preset name (aiayn.presets()), a run folder of `aiayn "
+                                                           "train` or a Hugging Face model folder")
     c.add_argument("--seq-len", type=int, default=None,
                    help="text models: positions (encoder-decoder: source and target each); default max_len")
     c.add_argument("--image-size", default=None, metavar="S|HxW",
                    help="image models: a side or HEIGHTxWIDTH; default the preset's (DETR: 800x1066)")
     c.add_argument("--batch", type=int, default=1, help="examples per forward pass (default 1)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
     b = sub.add_parser("bench", help="speed and memory against torch.nn.Transformer and Hugging Face, side by side; "
                                      "writes benchmarks/results/*.json and docs/benchmarks.md")
@@ -142,31 +173,115 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the look-ahead mask, Swin's "
                                    "windows, the schedule, label smoothing, attention cost, a model's attention, a "
-                                   "run's training history")
+                                   "run's training history; `aiayn viz WHAT --help` lists WHAT's flags")
     v.add_argument("what", choices=list(WHATS))
-    v.add_argument("--out", default="viz", help="folder for the PNG files (default viz/); for one picture, a path "
-                                                "ending in .png is the file")
-    v.add_argument("--run", default=None, help="attention: a text model, a run folder (translation, denoise, lm, "
-                                               "mlm, textclass) or a Hugging Face folder (BERT, GPT-2, Marian); "
-                                               "history: any run folder")
-    v.add_argument("--text", default=None, help="attention: the sentence the model reads (a translation's source); "
-                                                "lookahead: the tokens (default '<Begin> I have a cat')")
-    v.add_argument("--target", default=None, help="attention, encoder-decoders: the translation to draw it for "
-                                                   "(default: the model's greedy one)")
-    v.add_argument("--layer", type=int, default=None, help="attention: draw only this layer (from 0)")
-    v.add_argument("--head", type=int, default=None, help="attention: draw only this head (from 0)")
-    v.add_argument("--from-token", default=None, metavar="WORD",
-                   help="attention: lines from this word to every token, one panel per head (its first "
-                        "occurrence; its first piece when it is cut into several)")
-    v.add_argument("--html", default=None, metavar="FILE",
-                   help="attention: also write an interactive viewer (one self-contained HTML file)")
-    v.add_argument("--d-model", type=int, default=512, help="positional: d_model (default 512)")
-    v.add_argument("--positions", type=int, default=20, help="positional: positions shown (default 20)")
-    v.add_argument("--sides", type=int, nargs="+", default=[14, 28, 42, 56],
-                   help="complexity: map sides, multiples of --window (default 14 28 42 56)")
-    v.add_argument("--window", type=int, default=7, help="complexity: window side M (default 7)")
-    v.add_argument("--device", default=None, help="attention: " + DEVICE_HELP)
+    _viz_flags(v, "all")
     return p
+
+
+# what each picture of `aiayn viz` draws (aiayn.viz.files), and the flags it takes besides --out
+VIZ = {
+    "positional": ("sinusoidal encodings (both layouts) and their dot products", ["--d-model", "--positions"]),
+    "masks": ("padding, causal, combined and Swin's shifted-window masks", []),
+    "lookahead": ("the look-ahead mask of a few tokens", ["--text"]),
+    "swin-windows": ("Swin's windows: patches, windows, shifted regions", []),
+    "schedule": ("section 5.3's learning rate for a few d_model and warm-ups", []),
+    "smoothing": ("section 5.4's label-smoothed target", []),
+    "complexity": ("global against window attention, measured and by formula", ["--sides", "--window"]),
+    "attention": ("every kind of attention a text model has, reading a sentence",
+                  ["--run", "--text", "--target", "--layer", "--head", "--from-token", "--html", "--device"]),
+    "history": ("a run's loss, learning rate, speed and validation numbers", ["--run"]),
+}
+
+
+def _viz_flags(p: argparse.ArgumentParser, what: str) -> None:
+    """The flags of ``aiayn viz WHAT`` (every picture's for ``all``)."""
+    takes = {f for _, flags in VIZ.values() for f in flags} if what == "all" else set(VIZ[what][1])
+    p.add_argument("--out", default="viz", help="folder for the PNG files (default viz/); when one picture is "
+                                                "asked for, a path ending in .png is the file")
+    flags: list[tuple[str, dict[str, Any]]] = [
+        ("--run", {"help": "attention: a text model, a run folder (translation, denoise, lm, mlm, textclass) or a "
+                           "Hugging Face folder (BERT, GPT-2, Marian); history: any run folder"}),
+        ("--text", {"help": "attention: the sentence the model reads (a translation's source); lookahead: the "
+                            "tokens (default '<Begin> I have a cat')"}),
+        ("--target", {"help": "attention, encoder-decoders: the translation to draw it for (default: the model's "
+                              "greedy one)"}),
+        ("--layer", {"type": int, "help": "attention: draw only this layer (from 0; default: every layer)"}),
+        ("--head", {"type": int, "help": "attention: draw only this head (from 0; default: every head)"}),
+        ("--from-token", {"metavar": "WORD", "help": "attention: lines from this word to every token, one panel "
+                          "per head (its first occurrence; its first piece when it is cut into several)"}),
+        ("--html", {"metavar": "FILE", "help": "attention: also write an interactive viewer (one self-contained "
+                                               "HTML file)"}),
+        ("--d-model", {"type": int, "default": 512, "help": "positional: d_model"}),
+        ("--positions", {"type": int, "default": 20, "help": "positional: positions shown"}),
+        ("--sides", {"type": int, "nargs": "+", "default": [14, 28, 42, 56],
+                     "help": "complexity: map sides, multiples of --window"}),
+        ("--window", {"type": int, "default": 7, "help": "complexity: window side M"}),
+        ("--device", {"help": "attention: " + DEVICE_HELP}),
+    ]
+    for flag, options in flags:
+        if flag in takes:
+            p.add_argument(flag, **{"default": None, **options})
+        else:  # parsed as before (the pictures share one namespace), not listed in this picture's help
+            p.add_argument(flag, **{"default": None, **options, "help": argparse.SUPPRESS})
+
+
+def _viz_help(what: str) -> str:
+    """The help of ``aiayn viz WHAT``: what it draws, and its flags only."""
+    p = _Parser(prog=f"aiayn viz {what}", description=(VIZ[what][0] if what in VIZ else "every picture above "
+                "(attention only with --run and --text)") + "; written as PNG.")
+    _viz_flags(p, what)
+    return p.format_help()
+
+    return p
+
+
+def _batch_flags(p: argparse.ArgumentParser, output: str, batch_size: bool = True) -> None:
+    """``--input``, ``--output``, ``--batch-size`` and ``--force`` of a command that works through a file."""
+    p.add_argument("--input", metavar="FILE", default=None, help="read the texts from FILE, one a line (UTF-8)")
+    p.add_argument("--output", metavar="FILE", default=None,
+                   help=f"write to FILE instead of printing ({output}), atomically, with a progress bar on stderr")
+    if batch_size:
+        p.add_argument("--batch-size", type=int, default=64, help="texts per forward pass")
+    p.add_argument("--force", action="store_true", help="replace --output when it exists (refused otherwise)")
+
+
+def _texts(parser: argparse.ArgumentParser, args: argparse.Namespace, given: list[str]) -> list[str]:
+    """The texts of a command: its arguments, else the lines of ``--input``, else of standard input; and its
+    ``--output`` and ``--batch-size`` checked before any model is loaded."""
+    if given and args.input is not None:
+        parser.error("give texts as arguments or --input FILE, not both")
+    if args.output is not None and Path(args.output).exists() and not args.force:
+        raise FileExistsError(f"--output {args.output} exists; pass --force to replace it")
+    if getattr(args, "batch_size", 1) <= 0:
+        parser.error(f"--batch-size must be positive, got {args.batch_size}")
+    if given:
+        return list(given)
+    if args.input is not None:
+        with open(args.input, "rb") as f:
+            return _lines(f, args.input)
+    return _stdin_lines()
+
+
+def _batches(texts: list[str], size: int, show: bool, unit: str = "text") -> Iterator[list[str]]:
+    """``texts`` in slices of ``size``, with a progress bar on stderr counting texts when ``show``."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(texts), unit=unit, file=sys.stderr, disable=not show, dynamic_ncols=True) as bar:
+        for i in range(0, len(texts), size):
+            yield texts[i : i + size]
+            bar.update(len(texts[i : i + size]))
+
+
+def _write(path: str, text: str) -> None:
+    """Write an ``--output`` file atomically (:func:`aiayn.io.write_text`) and say so on stderr."""
+    from aiayn.io import write_text
+
+    print(f"wrote {write_text(path, text)}", file=sys.stderr)
+
+
+def _json_lines(rows: list[Any]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
 def _run_on(args: argparse.Namespace) -> dict[str, Any]:
@@ -183,6 +298,9 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["viz"] and len(argv) > 1 and argv[1] in WHATS and {"-h", "--help"} & set(argv):
+        print(_viz_help(argv[1]), end="")
+        return 0
     args, rest = parser.parse_known_args(argv)
     if args.command != "train" and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -193,15 +311,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(rest)
         elif args.command == "translate":
-            from aiayn.recipes.translation import translate
-
             _positive(parser, args, "beam")
-            if args.text:
-                for src, hyp in zip(args.text, translate(args.run, args.text, beam=args.beam, **_run_on(args))):
+            texts = _texts(parser, args, args.text)
+            p = _pipeline("translate", args.run, _run_on(args))
+            show = args.output is not None or args.input is not None
+            hyps = [h for b in _batches(texts, args.batch_size, show) for h in p.translate(b, beam=args.beam)]
+            if args.output is not None:
+                _write(args.output, "".join(h + "\n" for h in hyps))
+            elif args.text:
+                for src, hyp in zip(texts, hyps):
                     print(f"{src} -> {hyp}")
             else:  # a filter: one translation per input line, in order
-                lines = _stdin_lines()
-                for hyp in translate(args.run, lines, beam=args.beam, **_run_on(args)):
+                for hyp in hyps:
                     print(hyp)
         elif args.command == "evaluate":
             from aiayn.recipes.evaluate import evaluate
@@ -213,11 +334,24 @@ def main(argv: list[str] | None = None) -> int:
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
-            from aiayn.recipes.lm import generate
-
             _positive(parser, args, "max_new_tokens")
-            print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
-                                  args.top_p, args.stop, args.seed, **_run_on(args)))
+            if args.input is None and args.output is None:  # one prompt, streamed
+                from aiayn.recipes.lm import generate
+
+                print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
+                                      args.top_p, args.stop, args.seed, **_run_on(args)))
+                return 0
+            if args.input is not None and args.prompt:
+                parser.error("give one --prompt or --input FILE of prompts, not both")
+            prompts = _texts(parser, args, [] if args.input is not None else [args.prompt])
+            p = _pipeline("generate", args.run, _run_on(args))
+            rows = [{"prompt": prompt, "text": p.generate(prompt, args.max_new_tokens, args.temperature, args.top_k,
+                                                          args.top_p, args.stop, args.seed)}
+                    for batch in _batches(prompts, 1, show=True, unit="prompt") for prompt in batch]
+            if args.output is not None:
+                _write(args.output, _json_lines(rows))
+            else:
+                print(_json_lines(rows), end="")
         elif args.command == "convert":
             from aiayn.convert.folder import convert
 
@@ -237,19 +371,52 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--threshold must be in [0, 1), got {args.threshold}")
             detect(args.run, args.image, args.threshold, args.out, **_run_on(args))
         elif args.command == "classify":
-            from aiayn.recipes.image import classify
-
             _positive(parser, args, "top")
-            for r in classify(args.run, args.images, top=args.top, **_run_on(args)):
-                print(f"{r['path']}: " + ", ".join(f"{t['class']} ({t['probability']:.1%})" for t in r["top"]))
-        elif args.command == "embed":
-            from aiayn.recipes.mlm import embed
+            if not _is_textclass(args.run):
+                from aiayn.recipes.image import classify
 
-            texts = args.text or _stdin_lines()
-            vectors = embed(args.model, texts, **_run_on(args))
-            rows = (vectors @ vectors.T) if args.similarity else vectors
-            for row in rows.tolist():
-                print(json.dumps([round(v, 6) for v in row]))
+                if not args.inputs:
+                    parser.error(f"{args.run} classifies images: give image files")
+                if args.input is not None or args.output is not None:
+                    parser.error("--input and --output are for textclass runs; give image files as arguments")
+                for r in classify(args.run, args.inputs, top=args.top, **_run_on(args)):
+                    print(f"{r['path']}: " + ", ".join(f"{t['class']} ({t['probability']:.1%})" for t in r["top"]))
+                return 0
+            texts = _texts(parser, args, args.inputs)
+            p = _pipeline("classify", args.run, _run_on(args))
+            top = min(args.top, len(p.parts["classes"]))
+            show = args.output is not None or args.input is not None
+            found = [{"text": r["text"], "label": r["top"][0]["class"], "score": r["top"][0]["probability"],
+                      "top": r["top"]} for b in _batches(texts, args.batch_size, show) for r in p.classify(b, top=top)]
+            if args.output is not None:
+                _write(args.output, _json_lines(found))
+            for r in found if args.output is None else []:
+                print(f"{r['text']}: " + ", ".join(f"{t['class']} ({t['probability']:.1%})" for t in r["top"]))
+        elif args.command == "embed":
+            import torch
+
+            texts = _texts(parser, args, args.text)
+            p = _pipeline("embed", args.model, _run_on(args))
+            show = args.output is not None or args.input is not None
+            parts = [p.embed(b, batch_size=args.batch_size) for b in _batches(texts, args.batch_size, show)]
+            vectors = torch.cat(parts) if parts else torch.empty(0, cast(Any, p.model).cfg.d_model)  # (N, C)
+            table = (vectors @ vectors.T) if args.similarity else vectors
+            if args.output is not None and args.output.endswith(".npy"):
+                import numpy as np
+
+                from aiayn.io import atomic_write
+
+                def save(tmp: str) -> None:
+                    with open(tmp, "wb") as f:  # a file, not a name: np.save would add .npy to the name
+                        np.save(f, table.numpy())
+
+                print(f"wrote {atomic_write(args.output, save)}", file=sys.stderr)
+            else:
+                lines = "".join(json.dumps([round(v, 6) for v in row]) + "\n" for row in table.tolist())
+                if args.output is not None:
+                    _write(args.output, lines)
+                else:
+                    print(lines, end="")
         elif args.command == "average":
             from aiayn.training import average_checkpoints
 
@@ -265,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                     parser.error(f"--image-size must be a side or HEIGHTxWIDTH, e.g. 224 or 800x1066; got "
                                  f"{args.image_size!r}")
                 image_size = int(sides[0]) if len(sides) == 1 else (int(sides[0]), int(sides[1]))
-            report = count(args.preset, args.seq_len, image_size, args.batch)
+            report = (count(args.preset, args.seq_len, image_size, args.batch) if not Path(args.preset).is_dir()
+                      else _count_folder(args.preset, args.seq_len, image_size, args.batch))
             print(json.dumps(report, indent=2) if args.json else format_count(report))
         elif args.command == "bench":
             from aiayn.benchmark import run_bench
@@ -352,20 +520,97 @@ def _train(argv: list[str]) -> int:
 
 
 def _stdin_lines() -> list[str]:
-    """The lines of standard input, decoded as UTF-8 whatever the locale says.
+    """The lines of standard input, decoded as UTF-8 whatever the locale says (see :func:`_lines`)."""
+    return _lines(sys.stdin.buffer, "standard input")
+
+
+def _lines(raw_lines: Iterable[bytes], name: str) -> list[str]:
+    """The lines of a file opened in binary, decoded as UTF-8.
 
     Raises:
         ValueError: naming the first line that is not UTF-8 (a wrong encoding would otherwise go through as
             unreadable characters and be translated as such).
     """
     lines = []
-    for n, raw in enumerate(sys.stdin.buffer, 1):
+    for n, raw in enumerate(raw_lines, 1):
         try:
             lines.append(raw.decode("utf-8").rstrip("\r\n"))
         except UnicodeDecodeError as e:
-            raise ValueError(f"standard input, line {n}: not UTF-8 ({e.reason} at byte {e.start}); convert it "
+            raise ValueError(f"{name}, line {n}: not UTF-8 ({e.reason} at byte {e.start}); convert it "
                              f"first, e.g. with iconv -f latin1 -t utf-8") from e
     return lines
+
+
+def _count_folder(folder: str, seq_len: int | None, image_size: int | tuple[int, int] | None,
+                  batch: int) -> dict[str, Any]:
+    """:func:`aiayn.analysis.report.count` of the model in a run folder (its saved config) or a Hugging Face
+    folder (converted on the meta device: its config, no weights in memory)."""
+    from aiayn.analysis import parameter_table
+    from aiayn.analysis.formulas import counts, default_size
+    from aiayn.analysis.report import IMAGE_FAMILIES, UNITS
+    from aiayn.models import family_of
+
+    if (Path(folder) / "config.json").is_file():
+        import torch
+
+        import aiayn
+
+        with torch.device("meta"):
+            cfg = aiayn.from_hf(folder).cfg
+    else:
+        from aiayn.training.checkpoint import saved_config
+
+        cfg = saved_config(folder)
+    image = family_of(cfg) in IMAGE_FAMILIES
+    if (seq_len if image else image_size) is not None:
+        raise ValueError(f"--{'seq-len' if image else 'image-size'} does not fit {folder}, "
+                         f"{'an image' if image else 'a text'} model")
+    for flag, value in (("--seq-len", seq_len), ("--batch", batch)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{flag} must be positive, got {value}")
+    c = counts(cfg, seq_len=seq_len, image_size=image_size, batch=batch)
+    size: Any = (image_size if image else seq_len) or default_size(cfg)
+    if image:
+        size = [size, size] if isinstance(size, int) else list(size)
+    return {"preset": str(folder), "input": {"image_size" if image else "seq_len": size}, "batch": batch,
+            "parameters": parameter_table(cfg), "macs": {**c.macs, "total": c.total_macs}, "flops": c.flops,
+            "units": UNITS, "published": None}
+
+
+def _is_textclass(run: str) -> bool:
+    """Whether ``run`` is a textclass run (a BERT or GPT with ``classes.json``), whose ``classify`` reads texts."""
+    from aiayn.training.checkpoint import saved_config
+
+    folder = Path(run)
+    if not (folder / "classes.json").is_file():
+        return False
+    return type(saved_config(folder)).__name__ in ("BertConfig", "GPTConfig")
+
+
+def _pipeline(task: str, source: str, run_on: dict[str, Any]) -> Any:
+    """A :class:`aiayn.inference.Pipeline` that does ``task`` with the model of ``source``, loaded by the loader
+    the command used before it worked through files (so a wrong folder is refused with the same message)."""
+    from aiayn.inference import Pipeline
+
+    if task == "translate":
+        from aiayn.recipes.translation import load_run
+
+        model, src_tok, tgt_tok = load_run(source, **run_on)
+        return Pipeline(task, model, Path(source), src_tok=src_tok, tgt_tok=tgt_tok)
+    if task == "generate":
+        from aiayn.recipes.lm import load_lm_run
+
+        model, tok = load_lm_run(source, **run_on)
+        return Pipeline(task, model, Path(source), tok=tok)
+    if task == "embed":
+        from aiayn.recipes.mlm import load_bert
+
+        model, tok, max_len = load_bert(source, **run_on)
+        return Pipeline(task, model, Path(source), tok=tok, max_len=max_len)
+    from aiayn.recipes.textclass import load_classifier, text_length
+
+    model, tok, classes = load_classifier(source, **run_on)
+    return Pipeline("classify", model, Path(source), tok=tok, classes=classes, max_len=text_length(source, model))
 
 
 def _refused(command: str, e: BaseException) -> int:

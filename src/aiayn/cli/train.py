@@ -21,6 +21,18 @@ DEFAULT = "dates"
 # what a resumed run may change: how long it trains, and where (a run saved on a GPU resumes on a CPU)
 RESUME_MAY_CHANGE = {"steps", "device"}
 RUN_FLAGS = ("task", "config", "resume", "set", "no_progress", "fsdp")
+# the fields that only mean something when a recipe starts from other weights (Recipe.start_from)
+INIT_FROM_FIELDS = ("init_from", "freeze", "body_lr")
+
+
+def takes_init_from(task: str) -> bool:
+    """Whether the recipe of ``task`` starts from other weights when given ``init_from``: whether one of its
+    methods calls :meth:`aiayn.recipes.base.Recipe.start_from` (the others refuse ``init_from`` when training)."""
+    import inspect
+
+    recipe = recipes.TASKS[task][1]
+    return any("start_from" in f.__code__.co_names for c in recipe.__mro__ if c.__name__ != "Recipe"
+               for f in vars(c).values() if inspect.isfunction(f))
 
 
 def recipe_name(argv: list[str]) -> str | None:
@@ -42,30 +54,44 @@ def recipe_name(argv: list[str]) -> str | None:
         path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else (
             arg.split("=", 1)[1] if arg.startswith("--config=") else None)
         if path is not None and Path(path).is_file():
-            return read_config_file(path).get("recipe")
+            settings = read_config_file(path)
+            return settings.get("recipe", settings.get("task"))
     return None
 
 
 def read_config_file(path: str) -> dict[str, Any]:
-    """The settings of a TOML recipe file (fields at the top level, ``recipe = NAME``, a ``[model]`` table) or of
-    a run's ``args.json``."""
+    """The settings of a TOML recipe file (fields at the top level, ``recipe = NAME`` or ``task = NAME``, a
+    ``[model]`` table), of a YAML one (``.yaml``, ``.yml``; the same keys, read with PyYAML when it is installed)
+    or of a run's ``args.json``."""
     import tomllib
 
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"--config: no file at {file}")
+    kind = "JSON" if file.suffix == ".json" else "YAML" if file.suffix in (".yaml", ".yml") else "TOML"
     try:
         text = file.read_text(encoding="utf-8")
-        settings = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+        settings = json.loads(text) if kind == "JSON" else _yaml(file, text) if kind == "YAML" else tomllib.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        kind = "JSON" if file.suffix == ".json" else "TOML"
         raise ValueError(f"{file} is not a {kind} file of settings: {e}") from e
     if not isinstance(settings, dict):
-        raise ValueError(f"{file} holds a JSON {type(settings).__name__}, not an object of settings")
+        raise ValueError(f"{file} holds a {kind} {type(settings).__name__}, not an object of settings")
     if not isinstance(settings.get("model", {}), dict):
         raise ValueError(f"{file}: model must be a table of config fields ([model] in TOML, an object in JSON), "
                          f"got {settings['model']!r}")
     return settings
+
+
+def _yaml(file: Path, text: str) -> Any:
+    """The YAML document ``text`` of ``file``, read with PyYAML (an optional dependency, named when missing)."""
+    try:
+        import yaml
+    except ImportError as e:
+        raise ValueError(f"{file}: YAML settings need PyYAML (pip install pyyaml), or write them as TOML") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{file} is not a YAML file of settings: {e}") from e
 
 
 def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -88,8 +114,9 @@ def parser(name: str, parser_class: type[argparse.ArgumentParser]) -> argparse.A
     p.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and optimizer "
                                                        "state over the ranks instead of copying the model to each")
     hints = typing.get_type_hints(config)
+    skip = {"model", *(() if takes_init_from(task) else INIT_FROM_FIELDS)}
     for f in dataclasses.fields(config):
-        if f.name == "model":
+        if f.name in skip:
             continue
         default = preset.get(f.name, _default(f))
         kind, flag = hints[f.name], "--" + f.name.replace("_", "-")
@@ -125,7 +152,12 @@ def to_config(argv: list[str], parser_class: type[argparse.ArgumentParser]
     settings = {}
     if getattr(args, "config", None):
         settings = read_config_file(args.config)
-        settings.pop("recipe", None)
+        for key in ("recipe", "task"):  # read by recipe_name; the command line's name wins
+            settings.pop(key, None)
+        taken = [k for k in INIT_FROM_FIELDS if k in settings and not takes_init_from(recipes.task_of(name))]
+        if taken:
+            p.error(f"{args.config}: the {recipes.task_of(name)} recipe does not start from other weights, so takes "
+                    f"no {', '.join(taken)}")
     model = {**settings.pop("model", {}), **_model_fields(p, getattr(args, "set", None) or [])}
     settings.update(given)
     if model:

@@ -10,7 +10,6 @@ the file and the key (:class:`HFConfig`), and a shard index may name only files 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -20,6 +19,8 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+from aiayn.io import read_json
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -92,23 +93,6 @@ def hf_folder(source: str | os.PathLike, revision: str | None = None,
         raise FileNotFoundError(f"{name}{'' if revision is None else f' (revision {revision})'} is not in the Hugging "
                                 f"Face cache {cache} and {why}: fetch it once online, or give a local folder") from e
     return folder
-
-
-def read_json(file: Path, what: str, kind: type = dict) -> Any:
-    """The JSON object (or other ``kind``: ``list``) in ``file``, which should be ``what`` (for the message).
-
-    Raises:
-        ValueError: naming ``file``, when it is not UTF-8, not JSON or not a ``kind``.
-    """
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{file} is not UTF-8 text ({e.reason} at byte {e.start}), so not {what}") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{file} is not JSON ({e}), so not {what}") from e
-    if not isinstance(data, kind):
-        raise ValueError(f"{file} holds a JSON {type(data).__name__}, not {what} (a JSON {kind.__name__})")
-    return data
 
 
 class HFConfig(dict[str, Any]):

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 import aiayn
 from aiayn.convert import CONVERTERS, hf_folder
-from aiayn.convert.common import read_config, read_json
-from aiayn.io import write_json, write_text
+from aiayn.convert.common import read_config
+from aiayn.io import read_json, write_json, write_text
 
 if TYPE_CHECKING:
     from torch import nn

@@ -2,6 +2,7 @@
 
 from aiayn.data.batching import collate, encode_pairs, length_batches, pad, seq2seq_batch, token_batches
 from aiayn.data.bpe import BPETokenizer, PretrainedTokenizer, load_tokenizer, train_tokenizers
+from aiayn.data.callable import CallableTokenizer
 from aiayn.data.corpus import held_out_split, multi30k, read_corpus, read_parallel, read_text, read_tsv
 from aiayn.data.lm import lm_batches, lm_blocks
 from aiayn.data.synthetic import date_lines, make_pairs
@@ -9,6 +10,7 @@ from aiayn.data.tokenizer import CharTokenizer
 
 __all__ = [
     "BPETokenizer",
+    "CallableTokenizer",
     "CharTokenizer",
     "PretrainedTokenizer",
     "collate",

@@ -12,12 +12,11 @@ the same vocabulary in Hugging Face ``tokenizers``' own format, for an exported 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aiayn import io
 from aiayn.io import write_json
 
 if TYPE_CHECKING:
@@ -41,21 +40,9 @@ def content_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
 
 
 def read_json(path: str | os.PathLike, what: str = "a saved tokenizer") -> dict:
-    """The JSON object in the file at ``path``.
-
-    Raises:
-        FileNotFoundError: no file there; ValueError: naming ``path``, when it is not UTF-8, not JSON, or not
-            an object.
-    """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}), so not {what}") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON ({e}), so not {what}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not {what}")
-    return data
+    """The JSON object in the tokenizer file at ``path`` (:func:`aiayn.io.read_json`: a file that is not UTF-8, not
+    JSON or not an object is refused naming it)."""
+    return io.read_json(path, what)
 
 
 class CharTokenizer:

@@ -65,6 +65,13 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     }),
 }
 
+# preset -> (the setting it cannot train without, where to get it): without it the task would train on its
+# made-up default data (Shakespeare's settings on date lines) and report numbers of nothing the preset names
+NEEDS: dict[str, tuple[str, str]] = {
+    "shakespeare-char": ("data", "tiny-shakespeare: curl -O https://raw.githubusercontent.com/karpathy/char-rnn/"
+                                 "master/data/tinyshakespeare/input.txt, then --data input.txt"),
+}
+
 
 def names() -> list[str]:
     """Every task and named preset ``aiayn train`` takes."""
@@ -81,9 +88,16 @@ def task_of(name: str) -> str:
 
 
 def config(recipe: str, /, **settings: Any) -> RecipeConfig:
-    """The ``Config`` of a task or named preset ``recipe``, with ``settings`` over its own."""
+    """The ``Config`` of a task or named preset ``recipe``, with ``settings`` over its own.
+
+    Raises:
+        ValueError: a preset that trains on a file (:data:`NEEDS`) without it, saying where to get it.
+    """
     task = task_of(recipe)
     preset = PRESETS[recipe][1] if recipe in PRESETS else {}
+    if recipe in NEEDS and settings.get(NEEDS[recipe][0], preset.get(NEEDS[recipe][0])) is None:
+        need, where = NEEDS[recipe]
+        raise ValueError(f"the {recipe} preset trains on a file: give --{need.replace('_', '-')} FILE ({where})")
     merged = {**preset, **settings}
     if "model" in preset and "model" in settings:  # --set adds to the preset's model fields
         merged["model"] = {**preset["model"], **settings["model"]}
@@ -156,4 +170,4 @@ def _kept_accum(accum: int, per_update: int | None, verbose: bool) -> int:
     return accum
 
 
-__all__ = ["PRESETS", "TASKS", "config", "from_dict", "names", "resume", "task_of", "train"]
+__all__ = ["NEEDS", "PRESETS", "TASKS", "config", "from_dict", "names", "resume", "task_of", "train"]

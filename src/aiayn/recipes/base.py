@@ -16,6 +16,13 @@ a choice between the two can be made on validation (``aiayn evaluate --weights a
 ``--minutes`` (``Config.minutes``): the run times its first updates (all inside the warm-up, where no
 schedule depends on the total), fixes ``steps`` to fill the budget at that speed, and writes the fitted
 ``steps`` into ``args.json``, so the schedule ends on time and a resumed run continues the same schedule.
+
+A warm-up as long as the run or longer (``--steps 60`` under a default ``warmup`` of 100) would leave the rate
+still rising at the last update; such a run warms up for a tenth of its updates instead, and says so
+(:meth:`RecipeConfig.warmup_for`). A run longer than its warm-up keeps it exactly.
+
+``log="tensorboard"``: the records of ``history.csv`` and ``validation.json`` also go to TensorBoard event
+files in ``RUN/tensorboard/`` (:mod:`aiayn.training.logging`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from torch import nn
 import aiayn
 from aiayn.io import write_json
 from aiayn.training import device, distributed, finetune
+from aiayn.training.logging import check_logger
 from aiayn.training.loop import autocasting
 from aiayn.training.session import Session, check_name, open_run
 
@@ -61,7 +69,8 @@ class RecipeConfig:
     steps: int = setting(1000, "optimizer updates")
     minutes: float | None = setting(None, "train for this many minutes of updates instead: steps are fitted to "
                                           "the speed of the first updates, so the schedule ends on time")
-    warmup: int = setting(100, "updates of linear learning-rate warm-up")
+    warmup: int = setting(100, "updates of linear learning-rate warm-up (a run of as many updates or fewer warms "
+                               "up for a tenth of them)")
     accum: int = setting(1, "batches per update (gradient accumulation; under torchrun, on each rank)")
     eval_every: int = setting(0, "validate every N updates, keeping the best weights (0: at the end only)")
     save_every: int = setting(500, "write the training state every N updates (and on Ctrl-C), for --resume")
@@ -86,6 +95,8 @@ class RecipeConfig:
     seed: int = setting(0, "seeds the data, the initial weights and every batch")
     out: str = setting("runs", "folder that gets the run folder")
     name: str | None = setting(None, "run folder name (default: from the task and data)")
+    log: str = setting("csv", "where the training numbers go: csv (history.csv, validation.json) or tensorboard "
+                              "(also event files in RUN/tensorboard/; pip install 'aiayn[tensorboard]')")
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -104,9 +115,18 @@ class RecipeConfig:
             raise ValueError(f"body_lr must be positive and freeze >= -1, got {self.body_lr} and {self.freeze}")
         if self.name is not None:
             check_name(self.name)
+        check_logger(self.log)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
         aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
+
+    def warmup_for(self, total: int) -> int:
+        """The updates of warm-up a run of ``total`` updates takes: ``warmup``, unless the run would end before
+        the warm-up does (``warmup >= total``: the rate still rising at the last update, so a short fine-tune
+        learns nothing); then a tenth of the run, at least one update. A run longer than its warm-up keeps it
+        exactly (the paper's 4,000 of 100,000). It depends on the settings alone, so a resumed run keeps its
+        schedule; every recipe's :meth:`Recipe.schedule` warms up for this many updates."""
+        return self.warmup if self.warmup < total else max(1, total // 10)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``args.json`` holds: the recipe's name and every field."""
@@ -252,7 +272,8 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     # 128) rather than at 2^16, which would skip the first ~log2(tokens per batch) updates
     scaler = torch.amp.GradScaler(where.type, init_scale=128.0) if cfg.fp16 else None
     session = Session(folder, task.model, optimizer, scheduler, cfg.accum, scaler=scaler,
-                      param_dtype=torch.bfloat16 if cfg.bf16 else None)  # FSDP: bf16 compute, float32 reduce
+                      param_dtype=torch.bfloat16 if cfg.bf16 else None,  # FSDP: bf16 compute, float32 reduce
+                      log=cfg.log)
     if resume is not None:  # args.json changes only now: a refused resume leaves the run as it was
         try:
             done, _ = session.restore()
@@ -289,6 +310,9 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
         # (the timed updates validate as the rest do: every eval_every, its time counted in an update's)
         timing = {**options, "every": cfg.eval_every, "callback": after_update}
         plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, timing, folder, say)
+    fitted = cfg.warmup_for(plan["total"])
+    if fitted != cfg.warmup and distributed.is_main():
+        say(f"warm-up {cfg.warmup} >= the run's {plan['total']} updates: {fitted} updates of warm-up (a tenth)")
     plan["keep"] = average_points(cfg.average, plan["total"])
     history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}",
                           every=1 if plan["keep"] else cfg.eval_every, callback=after_update, **options)

@@ -151,7 +151,7 @@ class Denoising(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         cfg = self.cfg

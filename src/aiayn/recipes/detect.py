@@ -32,7 +32,7 @@ from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model
+from aiayn.recipes.loading import load_model, no_weights
 from aiayn.training import device as devices
 from aiayn.training import warmup_cosine
 from aiayn.training.session import read_args
@@ -128,7 +128,7 @@ class Detection(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         cfg = self.cfg
@@ -231,7 +231,7 @@ def load_detector(run: str | os.PathLike, *, device: str | torch.device | None =
     :func:`~aiayn.recipes.loading.ready` on ``device`` (or in int8)."""
     run = Path(run)
     if not (run / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder of `aiayn train --task detect`?")
+        raise no_weights(run, "a run folder of `aiayn train --task detect`")
     model = load_model(run, device, quantize, kinds=(DETR,), task="detection")
     return model, json.loads((run / "classes.json").read_text()), read_args(run).get("image_size", 128)
 

@@ -7,7 +7,8 @@
     image         accuracy and the confusion matrix                           --data-dir MNIST files
     detect        mAP@0.5, mAP@[.5:.95] and the set loss                      --data-dir VOC folder [--split val]
     textclass     accuracy, precision, recall, F1 and the confusion matrix   --data class files | TSV
-                                                                              [--split train|val|test]
+                                                                              [--split train|val|test|all]
+                  (default: the test split of the run's own data; all of another file; ``split`` says which)
 
 Every task also takes ``device`` and ``quantize`` (``"int8"``: int8 weights on the CPU; see
 :mod:`aiayn.recipes.loading`).

@@ -149,7 +149,7 @@ class ImageClassification(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         return batches(self.train, self.cfg.batch_size, self.cfg.shift, self.cfg.seed, start=start)

@@ -28,7 +28,7 @@ from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_b
 from aiayn.decoding import sample, stream
 from aiayn.models.gpt import GPT
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import check_tokenizer, load_model, special_ids
+from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -115,7 +115,7 @@ class LanguageModel(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         return lm_batches(self.train_ids, self.cfg.block, self.cfg.batch_size, self.cfg.seed, start=start)
@@ -199,7 +199,7 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
     """
     run = Path(run)
     if not (run / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
+        raise no_weights(run)
     if (run / "src_tokenizer.json").is_file():
         raise ValueError(f"{run} is a translation run: use `aiayn translate --run {quote(str(run))}`")
     if not (run / "tokenizer.json").is_file():

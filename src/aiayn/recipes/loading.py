@@ -8,6 +8,8 @@ everywhere.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import torch
@@ -48,12 +50,31 @@ def load_model(path: str | os.PathLike, device: str | torch.device | None = None
         kinds: the model classes a ``task`` run holds; another is refused by name (a GPT's weights copied into a
             translation run would fail deep inside decoding otherwise).
     """
+    if Path(path).is_dir() and not weights_path(path).is_file():
+        raise no_weights(path)
     model = aiayn.load(path)
     if kinds and not isinstance(model, kinds):
         wanted = " or a ".join(k.__name__ for k in kinds)
         raise ValueError(f"{weights_path(path)} holds a {type(model).__name__}, but a {task} run's model is a "
                          f"{wanted}; are the weights of another run in this folder?")
     return ready(model, device, quantize)
+
+
+def no_weights(run: str | os.PathLike, what: str = "a run folder written by `aiayn train`") -> FileNotFoundError:
+    """The error for a folder without ``model.safetensors``, saying what happened: a run stopped before its first
+    save wrote no weights; one stopped mid-run keeps them in its training state, and ``--resume`` finishes it; a
+    folder without ``args.json`` may be no run at all (``what`` names what one would be)."""
+    from aiayn.training.state import SHARDED, STATE
+
+    run = Path(run)
+    if not (run / "args.json").is_file():
+        return FileNotFoundError(f"{run} holds no model.safetensors; is it {what}?")
+    if (run / STATE).is_file() or (run / SHARDED).is_dir():
+        return FileNotFoundError(f"{run} holds no model.safetensors: the run stopped before its end, and its weights "
+                                 f"are in its training state; `aiayn train --resume {quote(str(run))}` finishes it "
+                                 f"and writes them")
+    return FileNotFoundError(f"{run} holds no model.safetensors: the run stopped before its first save, so no "
+                             f"weights were written; train it again")
 
 
 def check_tokenizer(tokenizer: Any, file: str | os.PathLike, vocab_size: int, model_ids: dict[str, int | None],
@@ -83,4 +104,4 @@ def special_ids(cfg: Any) -> dict[str, int | None]:
     return {name: getattr(cfg, name) for name in names if hasattr(cfg, name)}
 
 
-__all__ = ["QUANTIZE", "check_tokenizer", "load_model", "ready", "special_ids"]
+__all__ = ["QUANTIZE", "check_tokenizer", "load_model", "no_weights", "ready", "special_ids"]

@@ -34,7 +34,7 @@ from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import check_tokenizer, load_model, ready, special_ids
+from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -207,7 +207,7 @@ class MaskedLM(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         return batches(self.train_ex, self.cfg.batch_size, self.tok, self.mcfg.vocab_size, self.cfg.seed, start=start)
@@ -277,6 +277,8 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
         model = aiayn.from_hf(folder)
     elif (folder / "model.safetensors").is_file():
         model = aiayn.load(folder)
+    elif (folder / "args.json").is_file():  # a run of ours that has written no weights yet
+        raise no_weights(folder)
     else:
         raise FileNotFoundError(f"{folder} holds neither a Hugging Face model (config.json) nor an aiayn checkpoint")
     if not isinstance(model, BERT):

@@ -241,7 +241,7 @@ class TextClassification(Recipe):
                                  **fused(self.model))
 
     def schedule(self, step: int, total: int) -> float:
-        return warmup_cosine(step, self.cfg.warmup, total)
+        return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
         return batches(self.train_rows, self.train_labels, self.cfg.batch_size, self.pad_id, self.cfg.seed, start)
@@ -303,30 +303,49 @@ def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
 
 def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str | None = None, *,
                 device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
-    """``{"accuracy", "loss", "precision", "recall", "f1", "macro_f1", "confusion", "classes", "n"}`` of a textclass
-    run on labelled data (:func:`aiayn.data.labelled.read_labelled`): every text, each once, or with
-    ``split_name`` (``"train"``, ``"val"``, ``"test"``) that part of the split the run was trained with.
+    """``{"split", "n", "accuracy", "loss", "precision", "recall", "f1", "macro_f1", "confusion", "classes"}`` of a
+    textclass run on labelled data (:func:`aiayn.data.labelled.read_labelled`), each text once.
+
+    Args:
+        split_name: ``"train"``, ``"val"`` or ``"test"``: that part of the split the run was trained with;
+            ``"all"``: every text. Default: ``"test"`` when ``data`` is what the run trained on (every text would
+            score the training texts too), else ``"all"`` (a file the run never read).
 
     Raises:
         ValueError: the data's classes are not the run's, or an unknown ``split_name``.
     """
     from aiayn.training.session import read_args
 
+    parts = ("train", "val", "test")
+    if split_name is not None and split_name not in (*parts, "all"):
+        raise ValueError(f"split={split_name!r}: expected one of {[*parts, 'all']}")
+    args = read_args(run) if (Path(run) / "args.json").is_file() else {}
+    if split_name is None:
+        split_name = "test" if trained_on(args.get("data"), data) else "all"
     model, tok, classes = load_classifier(run, device=device, quantize=quantize)
     texts, labels, names = read_labelled(data)
     if names != classes:
         raise ValueError(f"{data} holds the classes {names}; the run was trained on {classes}")
     texts, labels, _ = clean(texts, labels)
-    if split_name is not None:
-        parts = ("train", "val", "test")
-        if split_name not in parts:
-            raise ValueError(f"split={split_name!r}: expected one of {parts}")
-        args = read_args(run)
+    if split_name != "all":
+        if not args:
+            raise ValueError(f"split={split_name!r} is a part of the run's own split, but {run} holds no args.json")
         texts, labels = split(texts, labels, args["val_fraction"], args["test_fraction"],
                               args["split_seed"])[parts.index(split_name)]
     rows = encode(tok, texts, text_length(run, model))
-    return {**scores(predict(model, rows, pad_of(tok)), torch.tensor(labels), classes),
-            "classes": classes, "n": len(rows)}
+    return {"split": split_name, "n": len(rows),
+            **scores(predict(model, rows, pad_of(tok)), torch.tensor(labels), classes), "classes": classes}
+
+
+def trained_on(trained: str | None, data: str | os.PathLike) -> bool:
+    """Whether ``data`` is the file or folder a run's ``data`` setting (``trained``) names: the same path, or, when
+    that path does not reach it from here (the run was trained elsewhere), the same name."""
+    if trained is None:  # made-up texts
+        return False
+    try:
+        return os.path.samefile(trained, data)
+    except OSError:
+        return Path(trained).name == Path(data).name
 
 
 @torch.no_grad()

@@ -42,7 +42,7 @@ from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention, record_samples, reinforce_loss
 from aiayn.models.transformer import Transformer
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import check_tokenizer, load_model, ready, special_ids
+from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
 from aiayn.training.checkpoint import saved_config
@@ -146,12 +146,15 @@ class Translation(Recipe):
 
     def schedule(self, step: int, total: int) -> float:
         cfg, d = self.cfg, self.mcfg.d_model
+        warmup, fitted = max(cfg.warmup, 1), cfg.warmup_for(total)
         if cfg.schedule == "noam":
-            return noam_lr(step + 1, d, max(cfg.warmup, 1), cfg.lr_factor)
-        peak = cfg.lr_factor * noam_lr(max(cfg.warmup, 1), d, max(cfg.warmup, 1))
-        if step < cfg.warmup:
-            return peak * (step + 1) / cfg.warmup
-        return peak * max(0.0, 1 - (step - cfg.warmup) / max(1, total - cfg.warmup))
+            # the paper's rate; a warm-up fitted to a short run reaches the same peak, d^-0.5 warmup^-0.5, sooner
+            # (the factor is 1 when the run keeps its warm-up)
+            return noam_lr(step + 1, d, max(fitted, 1), cfg.lr_factor) * (max(fitted, 1) / warmup) ** 0.5
+        peak = cfg.lr_factor * noam_lr(warmup, d, warmup)
+        if step < fitted:
+            return peak * (step + 1) / fitted
+        return peak * max(0.0, 1 - (step - fitted) / max(1, total - fitted))
 
     def batches(self, start: int):
         cfg, m = self.cfg, self.mcfg
@@ -282,7 +285,7 @@ def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *
     """
     run = Path(run)
     if not (run / "model.safetensors").is_file():
-        raise FileNotFoundError(f"{run} holds no model.safetensors; is it a run folder written by `aiayn train`?")
+        raise no_weights(run)
     if not (run / "src_tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no src_tokenizer.json: it is not a translation run (a language "
                                 f"model's run takes `aiayn generate`)")

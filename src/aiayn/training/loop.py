@@ -162,6 +162,7 @@ def fit(
     scaler: torch.amp.GradScaler | None = None,
     compile: bool = False,
     flops_per_token: float | None = None,
+    log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
     """Train ``model`` for ``steps`` updates on ``batches``.
 
@@ -188,6 +189,8 @@ def fit(
             project's 2-core CPU it did not pay, so it is an option, not the default).
         flops_per_token: training FLOPs per token the loss counts, for the MFU on CUDA; default
             :func:`training_flops_per_token` of the model (``None`` there: no MFU).
+        log: ``log(step, record)`` with each update's finished record, on rank 0 (an experiment logger:
+            :mod:`aiayn.training.logging`).
 
     Returns:
         One record per update: ``step``, ``loss`` and ``nll`` per token, ``lr``, ``tokens``, ``seconds``;
@@ -242,6 +245,8 @@ def fit(
                 before = history[-2]["seconds"] if len(history) > 1 else 0.0
                 history[-1].update(gpu_stats(where, history[-1]["tokens"], history[-1]["seconds"] - before,
                                              flops_per_token, ranks))
+                if log is not None and main:
+                    log(step, history[-1])
             except FloatingPointError as e:
                 bar.close()
                 last = "nothing was saved" if saved is None else f"the state saved after step {saved} is intact"

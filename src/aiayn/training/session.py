@@ -11,6 +11,7 @@ best weights); ``state.py`` is the format of its resumable state file.
       best.safetensors          the weights with the lowest validation loss so far
       validation.json           one record per validation
       history.csv               one row per update: loss, learning rate, tokens, (fp16: skipped,) seconds
+      tensorboard/              with log="tensorboard": the same numbers and validation's, as event files
       .lock                     locked by the process training in the folder; holds its process id
 """
 
@@ -35,6 +36,7 @@ import aiayn
 from aiayn.io import write_json, write_text
 from aiayn.training import device, distributed, fit, load_train_state, save_train_state
 from aiayn.training.checkpoint import from_tensors, unique_tensors
+from aiayn.training.logging import Logger, NoLogger, open_logger
 from aiayn.training.loop import Stopped
 
 
@@ -222,6 +224,8 @@ class Session:
             :meth:`restore` from a state that holds one.
         param_dtype: under FSDP, the dtype weights are gathered and computed in (``torch.bfloat16`` for a
             bf16 run), gradients reduced in float32 (:func:`aiayn.training.distributed.shard_model`).
+        log: where rank 0 also logs every update's and validation's record (:mod:`aiayn.training.logging`):
+            ``"csv"`` nowhere else, ``"tensorboard"`` event files in ``folder/tensorboard/``.
 
     Attributes:
         position: batches of the whole stream consumed so far (by all ranks): where the data resumes.
@@ -229,9 +233,11 @@ class Session:
     """
 
     def __init__(self, folder: Path, model: nn.Module, optimizer, scheduler, accum: int = 1,
-                 scaler: torch.amp.GradScaler | None = None, param_dtype: torch.dtype | None = None) -> None:
+                 scaler: torch.amp.GradScaler | None = None, param_dtype: torch.dtype | None = None,
+                 log: str = "csv") -> None:
         self.folder, self.model, self.optimizer, self.scheduler, self.accum = folder, model, optimizer, scheduler, accum
         self.scaler = scaler
+        self.logger: Logger = open_logger(log, folder) if distributed.is_main() else NoLogger()
         self.validation: list[dict[str, float]] = []
         self.position = 0
         self._restored = (0, 0)  # (step, position) the run started from
@@ -252,6 +258,7 @@ class Session:
     def unlock(self) -> None:
         """Free the folder once training is over, so that this same process (a notebook) or another can
         resume it."""
+        self.logger.close()
         if distributed.is_main():
             unlock(self.folder)
 
@@ -288,7 +295,8 @@ class Session:
                     self.scaler = self._new_scaler()
                 options["scaler"] = self.scaler
             self._history = fit(self.model, batches, steps, self.optimizer, loss_fn, self.scheduler,
-                                accum=self.accum, start=self.step, history=self._history, save=self.save, **options)
+                                accum=self.accum, start=self.step, history=self._history, save=self.save,
+                                log=self._log_update, **options)
             return self._history
         except Stopped as e:
             unlock = True
@@ -316,6 +324,9 @@ class Session:
         if distributed.is_main():
             write_text(self.folder / "history.csv", to_csv(history))
 
+    def _log_update(self, step: int, record: dict[str, float]) -> None:
+        self.logger.log(step, {f"train/{k}": v for k, v in record.items()})
+
     def _new_scaler(self) -> torch.amp.GradScaler:
         return torch.amp.GradScaler(device.of(self.model).type)
 
@@ -328,6 +339,7 @@ class Session:
         self.validation.append(record)
         if distributed.is_main():
             write_json(self.folder / "validation.json", self.validation)
+            self.logger.log(int(record["step"]), {f"validation/{k}": v for k, v in record.items() if k != "step"})
 
     def trained_model(self) -> nn.Module | None:
         """After :meth:`fit`, on rank 0: the whole model, to evaluate and save (under FSDP a copy gathered

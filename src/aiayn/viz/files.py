@@ -313,7 +313,7 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
             raise ValueError(f"{flag} must be >= 0, got {chosen}")
     out = Path(out)
     file = out if out.suffix.lower() == ".png" else None  # one picture: the file itself
-    if file is not None and what in ("attention", "all"):
+    if file is not None and what == "all":
         raise ValueError(f"viz {what} writes several pictures: --out must be a folder, got {out}")
     if file is not None:
         out = file.parent
@@ -346,10 +346,34 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
     if what == "attention" or (what == "all" and run is not None and text is not None):
         assert run is not None and text is not None  # refused above otherwise
         reading = read_attention(run, text, target, device=device)  # the model runs once for both
-        paths.extend(draw_attention(reading, out, layer=layer, head=head, from_token=from_token))
+        if file is not None and what == "attention":  # one picture asked for: drawn aside, then named file
+            paths.append(_one_picture(file, lambda folder: draw_attention(reading, folder, layer=layer, head=head,
+                                                                          from_token=from_token)))
+        else:
+            paths.extend(draw_attention(reading, out, layer=layer, head=head, from_token=from_token))
         if html is not None:
             paths.append(write_attention_page(reading, html, layer=layer, head=head, from_token=from_token))
     return paths
+
+
+def _one_picture(file: Path, draw: Any) -> Path:
+    """``file``, holding the one picture ``draw(folder)`` writes into a scratch folder beside it.
+
+    Raises:
+        ValueError: ``draw`` wrote several pictures (an encoder-decoder's three kinds of attention, every layer
+            or head), naming them: ``--out`` must then be a folder.
+    """
+    import tempfile
+
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=file.parent, prefix=f".{file.name}.") as scratch:
+        drawn = draw(scratch)
+        if len(drawn) != 1:
+            raise ValueError(f"this asks for {len(drawn)} pictures ({', '.join(p.name for p in drawn)}), so --out "
+                             f"must be a folder, got {file}; one layer and one head of a model with one kind of "
+                             f"attention make one picture")
+        os.replace(drawn[0], file)
+    return file
 
 
 __all__ = ["WHATS", "Reading", "attention_page", "attention_pictures", "draw_attention", "read_attention", "viz",
