@@ -30,11 +30,12 @@ _LAZY = {
     "load": "aiayn.training.checkpoint",
     "pipeline": "aiayn.inference",
     "Pipeline": "aiayn.inference",
+    "tokenizer": "aiayn.inference",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from aiayn.analysis import count_parameters
-    from aiayn.inference import Pipeline, pipeline
+    from aiayn.inference import Pipeline, pipeline, tokenizer
     from aiayn.models import build, preset, presets
     from aiayn.training.checkpoint import load, save
 
@@ -82,4 +83,4 @@ def embed(folder_or_run: Any, texts: list[str]) -> Any:
 
 
 __all__ = ["Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load", "pipeline", "preset",
-           "presets", "save", "to_hf"]
+           "presets", "save", "to_hf", "tokenizer"]

@@ -26,7 +26,7 @@ VALUES = {
     "weight_decay": 0.3, "clip": 0.5, "eval_blocks": 9, "max_len": 48, "noise": "mask,delete", "noise_ratio": 0.2,
     "shift": 1, "image_size": 96, "max_objects": 2, "lr_backbone": 0.002, "eos_coef": 0.3,
     "init_from": "runs/pretrained", "freeze": 2, "body_lr": 0.1, "n_examples": 77, "val_fraction": 0.2,
-    "test_fraction": 0.15, "split_seed": 4, "model_type": "gpt",
+    "test_fraction": 0.15, "split_seed": 4, "model_type": "gpt", "log": "tensorboard",
 }
 
 
@@ -44,8 +44,14 @@ def flag(field: str, v) -> list[str]:
 
 @pytest.mark.parametrize("task", sorted(recipes.TASKS))
 def test_every_field_is_a_flag_that_reaches_the_config(task):
+    from aiayn.cli.train import INIT_FROM_FIELDS, takes_init_from
+
     fields = [f.name for f in dataclasses.fields(recipes.TASKS[task][0]) if f.name != "model"]
     assert set(fields) <= set(VALUES), f"give these fields a test value: {set(fields) - set(VALUES)}"
+    if not takes_init_from(task):  # a recipe that trains from scratch only: no --init-from, refused when given
+        fields = [f for f in fields if f not in INIT_FROM_FIELDS]
+        with pytest.raises(SystemExit):
+            to_config([task, "--init-from", "x"], _Parser)
     defaults = recipes.config(task)
     for field in fields:
         v = value(field, task)
@@ -124,7 +130,7 @@ def test_named_presets_are_a_task_and_settings():
     assert cfg.recipe == "translation" and cfg.data == ["multi30k"] and cfg.model["d_model"] == 256
     # the peak learning rate the Multi30k script trains at: 0.32 x 256^-0.5 x 400^-0.5 = 1e-3
     assert math.isclose(cfg.lr_factor * 256**-0.5 * cfg.warmup**-0.5, 1e-3)
-    cfg, _ = to_config(["shakespeare-char", "--set", "d_model=64"], _Parser)
+    cfg, _ = to_config(["shakespeare-char", "--data", "x.txt", "--set", "d_model=64"], _Parser)
     assert cfg.recipe == "lm" and cfg.model["d_model"] == 64 and cfg.model["n_layers"] == 4  # --set adds
 
 

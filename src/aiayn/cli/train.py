@@ -26,13 +26,9 @@ INIT_FROM_FIELDS = ("init_from", "freeze", "body_lr")
 
 
 def takes_init_from(task: str) -> bool:
-    """Whether the recipe of ``task`` starts from other weights when given ``init_from``: whether one of its
-    methods calls :meth:`aiayn.recipes.base.Recipe.start_from` (the others refuse ``init_from`` when training)."""
-    import inspect
-
-    recipe = recipes.TASKS[task][1]
-    return any("start_from" in f.__code__.co_names for c in recipe.__mro__ if c.__name__ != "Recipe"
-               for f in vars(c).values() if inspect.isfunction(f))
+    """Whether the recipe of ``task`` starts from other weights when given ``init_from``
+    (:attr:`aiayn.recipes.base.Recipe.takes_init_from`); the others have no ``--init-from`` flag."""
+    return recipes.TASKS[task][1].takes_init_from
 
 
 def recipe_name(argv: list[str]) -> str | None:

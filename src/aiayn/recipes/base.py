@@ -190,6 +190,7 @@ class Recipe:
     """
 
     clip: float | None = 1.0  # the maximum gradient norm
+    takes_init_from: ClassVar[bool] = False  # whether __init__ calls start_from (fine-tuning from other weights)
     source: nn.Module | None = None  # init_from's model, loaded by a recipe that takes init_from
     cfg: RecipeConfig
     say: Callable[..., None]

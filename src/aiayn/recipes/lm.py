@@ -66,6 +66,8 @@ class Config(RecipeConfig):
 
 
 class LanguageModel(Recipe):
+    takes_init_from = True
+
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:

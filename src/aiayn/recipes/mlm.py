@@ -159,6 +159,8 @@ class Config(RecipeConfig):
 
 
 class MaskedLM(Recipe):
+    takes_init_from = True
+
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:

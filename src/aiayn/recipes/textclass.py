@@ -185,6 +185,8 @@ class Config(RecipeConfig):
 
 
 class TextClassification(Recipe):
+    takes_init_from = True
+
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
