@@ -236,3 +236,22 @@ def test_a_model_built_on_the_meta_device_starts_from_one_process_weights_and_co
     ``param_dtype=bfloat16`` gathers bf16 weights for the forward and keeps float32 shards and gradients."""
     (tmp_path / "build.py").write_text(BUILD)
     assert launch(tmp_path / "build.py", [], 2).count("ok") == 2
+
+
+def test_weights_two_modules_share_stay_shared_across_moves_to_and_from_the_meta_device():
+    # a move to or from meta gives each module attribute a parameter of its own: a GPT's head would then train
+    # apart from its token table (and outside FSDP's all-reduce) after build_sharded's to_empty
+    import aiayn
+    from aiayn.training.distributed import kept_ties
+
+    model = aiayn.build("gpt-tiny", vocab_size=50, n_layers=1)
+    assert model.lm_head.weight is model.embed.tokens.weight
+    model.to("meta")
+    assert model.lm_head.weight is not model.embed.tokens.weight  # what kept_ties is for
+    model = aiayn.build("gpt-tiny", vocab_size=50, n_layers=1)
+    with kept_ties(model):
+        model.to("meta")
+    assert model.lm_head.weight is model.embed.tokens.weight
+    with kept_ties(model):
+        model.to_empty(device="cpu")
+    assert model.lm_head.weight is model.embed.tokens.weight and model.lm_head.weight.device.type == "cpu"

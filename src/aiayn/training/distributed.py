@@ -276,6 +276,24 @@ def build_sharded(build: Callable[[], nn.Module], param_dtype: torch.dtype | Non
     return model
 
 
+@contextlib.contextmanager
+def kept_ties(model: nn.Module) -> Iterator[None]:
+    """Weights two modules share (a GPT's head and its token table) shared again after the moves inside: a move
+    to or from the meta device (``to``, ``to_empty``) gives each module attribute a new parameter of its own,
+    and an untied copy would train on its own, outside FSDP's all-reduce."""
+    first: dict[int, tuple[nn.Module, str]] = {}
+    ties = []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in first:
+                ties.append((module, name, *first[id(p)]))
+            else:
+                first[id(p)] = (module, name)
+    yield
+    for module, name, owner, owner_name in ties:
+        setattr(module, name, getattr(owner, owner_name))
+
+
 def materialize(model: nn.Module, whole: dict[str, torch.Tensor] | None) -> None:
     """Give a model sharded on the meta device (:func:`shard_model`) its storage on this rank's device, and
     rank 0's ``whole`` tensors (its state dict and every buffer, the non-persistent ones too, on the CPU;
@@ -284,7 +302,8 @@ def materialize(model: nn.Module, whole: dict[str, torch.Tensor] | None) -> None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     device = _device()
-    model.to_empty(device=device)
+    with kept_ties(model):
+        model.to_empty(device=device)
     weights: dict[str, Any] = {} if whole is None else {k: v for k, v in whole.items() if k in model.state_dict()}
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     with torch.no_grad():  # buffers are not sharded: each rank holds rank 0's whole (masks, position tables)
