@@ -216,3 +216,14 @@ def test_every_family_checks_the_config_s_sizes_against_the_weights_before_build
     with pytest.raises(ValueError, match=rf"config\.json wants \(.*\), from its {field}={size}"):
         aiayn.from_hf(tmp_path)
     assert set(built_on) <= {"meta"}
+
+
+def test_a_hugging_face_model_with_nan_weights_is_refused_by_name(tmp_path):
+    # a blank attention page and a failure deep inside generate, otherwise
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=61, n_positions=16, n_embd=16, n_layer=1,
+                                                                  n_head=2, bos_token_id=60, eos_token_id=60)).eval()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    model.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"NaN or infinite weights in .*fc.*nothing was loaded"):
+        aiayn.from_hf(tmp_path)

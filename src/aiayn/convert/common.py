@@ -229,6 +229,10 @@ def load_converted(build: Callable[[Any], ModuleT], cfg: Any, weights: dict[str,
         more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""  # a wrong width misshapes every layer
         raise ValueError(f"converting {src.name}: missing {missing}, unexpected {unexpected}, misshapen {shapes}"
                          f"{more}{_misshapen_why(wrong, weights, expected, src, hf)}")
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:  # every output would be NaN (a blank attention page, a failure deep inside generate)
+        raise ValueError(f"converting {src.name}: NaN or infinite weights in {', '.join(bad[:3])}"
+                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}; nothing was loaded")
     model = build(cfg)
     dtypes = {k: v.dtype for k, v in model.state_dict().items()}
     model.load_state_dict({k: v.to(dtypes[k]) for k, v in weights.items()})
