@@ -23,7 +23,7 @@ def test_a_short_run_warms_up_for_a_tenth_of_it_and_says_so(tmp_path, one_thread
     peak = max(lr)
     assert lr.index(peak) == 2 and peak == pytest.approx(lm.Config().lr)  # 3 updates of warm-up, to the peak
     assert all(a >= b for a, b in pairwise(lr[2:])) and lr[-1] < peak / 2  # then it decays to the end
-    assert "warm-up 50 >= the run's 30 updates: 3 updates of warm-up" in capsys.readouterr().out
+    assert "warm-up 50 > the run's 30 updates: 3 updates of warm-up" in capsys.readouterr().out
 
 
 def test_the_rule_keeps_a_warmup_shorter_than_the_run():
@@ -33,6 +33,8 @@ def test_the_rule_keeps_a_warmup_shorter_than_the_run():
     assert translation.Config(warmup=3).warmup_for(5) == 3  # shorter than the run: kept, even if most of it
     assert lm.Config(warmup=0).warmup_for(10) == 0
     assert lm.Config(warmup=5).warmup_for(3) == 1  # a tenth of 3 updates is at least one
+    assert lm.Config(warmup=2).warmup_for(2) == 2  # peaks at the last update: kept (a run resumed to more
+    # updates then goes on with the schedule it started with)
 
 
 def schedule(cfg):

@@ -19,7 +19,7 @@ schedule depends on the total), fixes ``steps`` to fill the budget at that speed
 
 A warm-up as long as the run or longer (``--steps 60`` under a default ``warmup`` of 100) would leave the rate
 still rising at the last update; such a run warms up for a tenth of its updates instead, and says so
-(:meth:`RecipeConfig.warmup_for`). A run longer than its warm-up keeps it exactly.
+(:meth:`RecipeConfig.warmup_for`). A run as long as its warm-up or longer keeps it exactly.
 
 ``log="tensorboard"``: the records of ``history.csv`` and ``validation.json`` also go to TensorBoard event
 files in ``RUN/tensorboard/`` (:mod:`aiayn.training.logging`).
@@ -122,11 +122,11 @@ class RecipeConfig:
 
     def warmup_for(self, total: int) -> int:
         """The updates of warm-up a run of ``total`` updates takes: ``warmup``, unless the run would end before
-        the warm-up does (``warmup >= total``: the rate still rising at the last update, so a short fine-tune
-        learns nothing); then a tenth of the run, at least one update. A run longer than its warm-up keeps it
-        exactly (the paper's 4,000 of 100,000). It depends on the settings alone, so a resumed run keeps its
+        the warm-up does (``warmup > total``: the rate still rising at the last update, so a short fine-tune
+        learns nothing); then a tenth of the run, at least one update. A run as long as its warm-up or longer
+        keeps it exactly (the paper's 4,000 of 100,000). It depends on the settings alone, so a resumed run keeps its
         schedule; every recipe's :meth:`Recipe.schedule` warms up for this many updates."""
-        return self.warmup if self.warmup < total else max(1, total // 10)
+        return self.warmup if self.warmup <= total else max(1, total // 10)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``args.json`` holds: the recipe's name and every field."""
@@ -257,12 +257,15 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
         torch.backends.cudnn.allow_tf32 = True
     if where.type != "cpu":
         say(f"device {where}" + (f" ({torch.cuda.get_device_name(where)})" if where.type == "cuda" else ""))
-    task.model.to(where)
+    if not distributed.sharding():  # (FSDP: the model goes to the devices in shards, below)
+        task.model.to(where)
     if cfg.grad_checkpoint:
         from aiayn.training.activations import checkpoint_blocks
 
         say(f"activation checkpointing: {checkpoint_blocks(task.model)} blocks recompute their activations")
     loaded = _init_from(cfg, task, resume is not None, say)
+    if distributed.sharding():  # from host memory straight to each rank's shard: no device holds it whole
+        distributed.shard_built(task.model, param_dtype=torch.bfloat16 if cfg.bf16 else None)
     folder = open_run(cfg.out, cfg.name or task.run_name, cfg.to_dict(), folder, task.files)
     optimizer = task.optimizer()
     if cfg.init_from is not None and (cfg.freeze or cfg.body_lr != 1.0):
@@ -313,7 +316,7 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
         plan["total"] = _fit_to_budget(cfg, session, batches, task.loss, timing, folder, say)
     fitted = cfg.warmup_for(plan["total"])
     if fitted != cfg.warmup and distributed.is_main():
-        say(f"warm-up {cfg.warmup} >= the run's {plan['total']} updates: {fitted} updates of warm-up (a tenth)")
+        say(f"warm-up {cfg.warmup} > the run's {plan['total']} updates: {fitted} updates of warm-up (a tenth)")
     plan["keep"] = average_points(cfg.average, plan["total"])
     history = session.fit(batches, plan["total"], task.loss, desc=f"train {task.run_name}",
                           every=1 if plan["keep"] else cfg.eval_every, callback=after_update, **options)

@@ -294,6 +294,19 @@ def kept_ties(model: nn.Module) -> Iterator[None]:
         setattr(module, name, getattr(owner, owner_name))
 
 
+def shard_built(model: nn.Module, param_dtype: torch.dtype | None = None) -> nn.Module:
+    """``model``, built whole in host memory (and perhaps given loaded weights there), sharded in place over the
+    ranks onto each rank's device: it moves to the meta device, is sharded (:func:`shard_model`) and takes rank
+    0's weights and buffers one tensor at a time (:func:`materialize`), so no device ever holds it whole. Build
+    the optimizer on it afterwards."""
+    whole = {**model.state_dict(), **dict(model.named_buffers())} if is_main() else None  # (their CPU storage
+    with kept_ties(model):  # stays with these tensors when the move to meta swaps the parameters' data)
+        model.to("meta")
+    shard_model(model, param_dtype=param_dtype)
+    materialize(model, whole)
+    return model
+
+
 def materialize(model: nn.Module, whole: dict[str, torch.Tensor] | None) -> None:
     """Give a model sharded on the meta device (:func:`shard_model`) its storage on this rank's device, and
     rank 0's ``whole`` tensors (its state dict and every buffer, the non-persistent ones too, on the CPU;
@@ -400,6 +413,7 @@ __all__ = [
     "materialize",
     "rank",
     "shard",
+    "shard_built",
     "shard_model",
     "sharding",
     "through_forward",
