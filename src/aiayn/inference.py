@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 import aiayn
+from aiayn.models.registry import family_of, family_of_hf
 
 if TYPE_CHECKING:
     from aiayn.data.callable import CallableTokenizer
@@ -183,19 +184,19 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         return Pipeline("translate", model, folder, src_tok=src_tok, tgt_tok=tgt_tok)
     if (folder / "config.json").is_file():
         return _hf_pipeline(folder, run_on)
-    kind = type(saved_config(folder)).__name__
-    if kind in ("BertConfig", "GPTConfig") and (folder / "classes.json").is_file():  # a textclass run
+    family = family_of(saved_config(folder))
+    if family.inputs == "text" and (folder / "classes.json").is_file():  # a textclass run (a BERT's, a GPT's)
         from aiayn.recipes.textclass import load_classifier, text_length
 
         model, tok, classes = load_classifier(folder, **run_on)
         return Pipeline("classify", model, folder, tok=tok, classes=classes, max_len=text_length(folder, model))
-    if kind == "GPTConfig":
+    if family.task == "generate":
         model, tok = lm.load_lm_run(folder, **run_on)
         return Pipeline("generate", model, folder, tok=tok)
-    if kind == "BertConfig":
+    if family.task == "embed":
         model, tok, max_len = mlm.load_bert(folder, **run_on)
         return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
-    if kind == "TransformerConfig":  # a denoising run: a BART with one tokenizer for both sides
+    if family.task == "translate":  # a denoising run: a BART with one tokenizer for both sides
         from aiayn.data import load_tokenizer
 
         one = load_tokenizer(folder / "tokenizer.json")
@@ -204,35 +205,42 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         check_tokenizer(one, folder / "tokenizer.json", cfg.tgt_vocab_size, special_ids(cfg),
                         exact=(folder / "args.json").is_file())
         return Pipeline("translate", model, folder, src_tok=one, tgt_tok=one)
-    if kind in ("ViTConfig", "SwinConfig"):
+    if family.task == "classify":  # an image classifier
         return Pipeline("classify", load_model(folder, device, quantize), folder)
-    if kind == "DetrConfig":
-        detector = detect.load_detector(folder, **run_on)
-        return Pipeline("detect", detector[0], folder, detector=detector)
-    raise ValueError(f"{folder} holds a model ({kind}) that no pipeline runs")
+    detector = detect.load_detector(folder, **run_on)
+    return Pipeline("detect", detector[0], folder, detector=detector)
 
 
 def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
-    """A Hugging Face folder's pipeline: a GPT-2 (with ``tokenizer.json``) generates, a Marian (with its
+    """A Hugging Face folder's pipeline: a GPT-2 or Llama (with ``tokenizer.json``) generates, a Marian (with its
     SentencePiece files) translates, a BERT embeds; converted in memory, as ``aiayn convert`` would."""
-    import json
-
     from aiayn.recipes import mlm
     from aiayn.recipes.loading import ready
 
-    kind = json.loads((folder / "config.json").read_text()).get("model_type")
-    if kind == "gpt2" and (folder / "tokenizer.json").is_file():
+    task = _hf_task(folder)
+    if task == "generate" and (folder / "tokenizer.json").is_file():
         from aiayn.data import load_tokenizer
 
         model = ready(aiayn.from_hf(folder), **run_on)
         return Pipeline("generate", model, folder, tok=load_tokenizer(folder / "tokenizer.json"))
-    if kind == "marian" and (folder / "source.spm").is_file():
+    if task == "translate" and (folder / "source.spm").is_file():  # a Marian's SentencePiece files
         from aiayn.data.sentencepiece import marian_tokenizers
 
         src_tok, tgt_tok = marian_tokenizers(folder)
         return Pipeline("translate", ready(aiayn.from_hf(folder), **run_on), folder, src_tok=src_tok, tgt_tok=tgt_tok)
     model, tok, max_len = mlm.load_bert(folder, **run_on)  # anything else: refused unless a BERT
     return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+
+
+def _hf_task(folder: Path) -> str | None:
+    """The task of the family that converts the Hugging Face folder's ``model_type`` (``None``: no family does;
+    the loader then names the folder and what it holds)."""
+    from aiayn.convert.common import read_config
+
+    try:
+        return family_of_hf(read_config(folder).get("model_type"), str(folder)).task
+    except ValueError:
+        return None
 
 
 def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
@@ -257,32 +265,30 @@ def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
         return _callable("translate", {"src_tok": load_tokenizer(folder / "src_tokenizer.json"),
                                        "tgt_tok": load_tokenizer(folder / "tgt_tokenizer.json")}, folder)
     if (folder / "config.json").is_file():
-        import json
-
-        kind = json.loads((folder / "config.json").read_text()).get("model_type")
-        if kind == "gpt2" and (folder / "tokenizer.json").is_file():
+        task = _hf_task(folder)
+        if task == "generate" and (folder / "tokenizer.json").is_file():
             return _callable("generate", {"tok": load_tokenizer(folder / "tokenizer.json")}, folder)
-        if kind == "marian" and (folder / "source.spm").is_file():
+        if task == "translate" and (folder / "source.spm").is_file():
             from aiayn.data.sentencepiece import marian_tokenizers
 
             src_tok, tgt_tok = marian_tokenizers(folder)
             return _callable("translate", {"src_tok": src_tok, "tgt_tok": tgt_tok}, folder)
         return _callable("embed", {"tok": mlm.bert_tokenizer(folder)}, folder)
     cfg = saved_config(folder)
-    kind = type(cfg).__name__
-    if kind in ("BertConfig", "GPTConfig") and (folder / "classes.json").is_file():
+    family = family_of(cfg)
+    if family.inputs == "text" and (folder / "classes.json").is_file():
         from aiayn.recipes.textclass import load_text_tokenizer
 
         return _callable("classify", {"tok": load_text_tokenizer(folder / "tokenizer.json"), "classes": []},
                          folder, cfg)
-    if kind == "GPTConfig":
+    if family.task == "generate":
         return _callable("generate", {"tok": load_tokenizer(folder / "tokenizer.json")}, folder, cfg)
-    if kind == "BertConfig":
+    if family.task == "embed":
         return _callable("embed", {"tok": mlm.bert_tokenizer(folder)}, folder, cfg)
-    if kind == "TransformerConfig":  # a denoising run: one tokenizer for both sides
+    if family.task == "translate":  # a denoising run: one tokenizer for both sides
         one = load_tokenizer(folder / "tokenizer.json")
         return _callable("translate", {"src_tok": one, "tgt_tok": one}, folder, cfg)
-    return _callable(kind, {}, folder)
+    return _callable(family.task, {}, folder)
 
 
 def _callable(task: str, parts: dict[str, Any], source: Path, cfg: Any = None) -> CallableTokenizer:

@@ -8,8 +8,13 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.convert import bert, detr, gpt2, llama, seq2seq, swin, vit
 from aiayn.convert.folder import convert
+from aiayn.models.bert import hf as bert
+from aiayn.models.detr import hf as detr
+from aiayn.models.gpt import gpt2, llama
+from aiayn.models.swin import hf as swin
+from aiayn.models.transformer import hf as seq2seq
+from aiayn.models.vit import hf as vit
 
 transformers = pytest.importorskip("transformers")
 

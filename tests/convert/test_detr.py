@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.convert.detr import convert
+from aiayn.models.detr.hf import convert
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.parity

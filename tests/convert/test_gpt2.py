@@ -86,7 +86,7 @@ def test_a_saved_folder_converts_and_bad_keys_are_named(tmp_path):
     ids = torch.randint(0, 97, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
-    from aiayn.convert import gpt2 as conv
+    from aiayn.models.gpt import gpt2 as conv
 
     config, tensors = hf.config.to_dict(), dict(hf.state_dict())
     bad = {**tensors, "transformer.h.0.mlp.c_fc.weight": tensors["transformer.h.0.mlp.c_fc.weight"][:, :5]}

@@ -130,7 +130,7 @@ def test_several_end_tokens_end_rows_where_hugging_face_ends_them(beams):
 
 
 def test_unsupported_configs_and_bad_keys_are_named():
-    from aiayn.convert import llama as conv
+    from aiayn.models.gpt import llama as conv
 
     hf = hf_model()
     config, tensors = hf.config.to_dict(), dict(hf.state_dict())

@@ -126,7 +126,7 @@ def test_a_saved_folder_converts_too_and_bad_weights_are_refused(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(ours(src, tgt), hf(input_ids=src, attention_mask=(src != PAD).long(),
                                                       decoder_input_ids=tgt).logits, atol=1e-4, rtol=1e-4)
-    from aiayn.convert import seq2seq as conv
+    from aiayn.models.transformer import hf as conv
 
     config, tensors = hf.config.to_dict(), dict(hf.state_dict())
     with pytest.raises(ValueError, match=r"unexpected keys.*model\.encoder\.extra"):

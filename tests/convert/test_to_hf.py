@@ -338,7 +338,7 @@ def test_a_timm_backbone_detr_is_refused_with_the_revision_that_converts(tmp_pat
     save_file({}, tmp_path / "model.safetensors")
     with pytest.raises(ValueError, match=r"use_timm_backbone=True .*'resnet50'.*revision=\"no_timm\""):
         aiayn.from_hf(tmp_path)
-    from aiayn.convert import detr
+    from aiayn.models.detr import hf as detr
 
     # transformers 5 writes the same default as a timm_backbone config
     with pytest.raises(ValueError, match=r"revision=\"no_timm\""):
@@ -375,5 +375,5 @@ def test_configs_hugging_face_cannot_express_are_refused_by_name_and_nothing_is_
 
 
 def test_what_is_not_a_model_of_ours_is_refused(tmp_path):
-    with pytest.raises(TypeError, match=r"to_hf takes an aiayn GPT.*got Linear"):
+    with pytest.raises(TypeError, match=r"to_hf takes an aiayn model.*GPT.*got Linear"):
         to_hf(torch.nn.Linear(2, 2), tmp_path)

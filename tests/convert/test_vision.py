@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.convert import swin as swin_convert
-from aiayn.convert import vit as vit_convert
+from aiayn.models.swin import hf as swin_convert
+from aiayn.models.vit import hf as vit_convert
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.parity
@@ -80,7 +80,7 @@ SWIN_SIZES = [(32, 32), (27, 30), (16, 16)]
 @pytest.mark.parametrize("chunk", [None, 48])
 def test_swin_model_features_and_pooled_output_equal_hugging_face(chunk, monkeypatch):
     if chunk:
-        monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", chunk)
+        monkeypatch.setattr("aiayn.models.swin.model.CHUNK_TOKENS", chunk)
         monkeypatch.setattr("aiayn.layers.feedforward.CHUNK_ROWS", chunk)
     torch.manual_seed(0)
     hf = randomized(transformers.SwinModel(swin_config()))

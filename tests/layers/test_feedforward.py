@@ -28,7 +28,7 @@ def test_the_in_place_activation_without_gradients_equals_the_usual_one(activati
 def test_swiglu_is_shazeers_formula_written_out_with_the_modules_own_weights(bias):
     # Shazeer (2020), eq. 6: FFN_SwiGLU(x) = (Swish_1(x W) * x V) W_2; Llama's MLP names W gate_proj, V up_proj and
     # W_2 down_proj: down_proj(silu(gate_proj(x)) * up_proj(x)). Here gate = W (gate_proj), fc1 = V (up_proj),
-    # fc2 = W_2 (down_proj), as aiayn.convert.llama maps them.
+    # fc2 = W_2 (down_proj), as aiayn.models.gpt.llama maps them.
     torch.manual_seed(0)
     ff = FeedForward(8, 24, activation="swiglu", bias=bias)
     assert ff.gate is not None and ff.gate.weight.shape == ff.fc1.weight.shape == (24, 8)

@@ -147,7 +147,7 @@ def test_a_half_precision_llama_runs_in_its_dtype_with_float32_angles(dtype):
 
 
 def test_a_llama_config_is_refused_by_the_gpt2_export():
-    from aiayn.convert import gpt2
+    from aiayn.models.gpt import gpt2
 
     with pytest.raises(ValueError, match=r"positional='rope'.*is not a GPT-2"):
         gpt2.export(tiny())

@@ -112,7 +112,7 @@ MAPS = [(8, 8), (7, 10), (3, 3)]
 def test_fast_window_attention_without_gradients_equals_the_plain_steps(shift, size, chunk_tokens, monkeypatch):
     b = block(shift)
     x = torch.randn(2, *size, 8)
-    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", chunk_tokens)
+    monkeypatch.setattr("aiayn.models.swin.model.CHUNK_TOKENS", chunk_tokens)
     calls = []  # windows and patches per window of each call of attention
     b.attn.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[:2]))
     with torch.no_grad():
@@ -130,7 +130,7 @@ def test_fast_window_attention_without_gradients_equals_the_plain_steps(shift, s
 @pytest.mark.parametrize("shift", [0, 2])
 @pytest.mark.parametrize("size", MAPS)
 def test_fast_window_attention_with_gradients_equals_the_plain_steps(shift, size, monkeypatch):
-    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", 48)  # with gradients: one group all the same
+    monkeypatch.setattr("aiayn.models.swin.model.CHUNK_TOKENS", 48)  # with gradients: one group all the same
     b = block(shift)
     x = torch.randn(2, *size, 8)
     results = []
@@ -150,7 +150,7 @@ def test_fast_window_attention_with_gradients_equals_the_plain_steps(shift, size
 def test_the_whole_model_computes_the_same_with_the_fast_paths_on_and_off(monkeypatch):
     model = tiny()
     images = torch.randn(2, 1, 27, 30)
-    monkeypatch.setattr("aiayn.models.swin.CHUNK_TOKENS", 48)
+    monkeypatch.setattr("aiayn.models.swin.model.CHUNK_TOKENS", 48)
     monkeypatch.setattr("aiayn.layers.feedforward.CHUNK_ROWS", 48)
     with torch.no_grad():
         on = model(images)

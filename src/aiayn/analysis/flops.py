@@ -23,19 +23,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from aiayn.analysis.formulas import DETR_IMAGE_SIZE, Counts, default_size
+from aiayn.analysis.formulas import Counts, check_size
 from aiayn.analysis.params import module_part, parameter_table
 from aiayn.layers import MultiHeadAttention, record_attention
-
-if TYPE_CHECKING:
-    from aiayn.models.bert import BERT
-    from aiayn.models.gpt import GPT
 
 aten = torch.ops.aten
 _PROJECTIONS = {aten.mm, aten.addmm}
@@ -63,11 +59,9 @@ KERNEL_FLOPS = {op: formula for op, formula in (
 
 def example_forward(model: nn.Module, seq_len: int | None = None, image_size: int | tuple[int, int] | None = None,
                     batch: int = 1) -> Callable[[], Any]:
-    """A forward pass of ``model`` on made-up inputs, the one the formulas count.
-
-    Text: ``seq_len`` token ids that are never padding (the encoder-decoder: source and target of that
-    length). BERT: the encoder, then the pooler and the heads the config has. Images: ``batch`` random images
-    of ``image_size``. Defaults as :func:`aiayn.analysis.formulas.default_size`.
+    """A forward pass of ``model`` on made-up inputs, the one the formulas count (its family's
+    ``counts.example``): text ids that are never padding, or random images. Defaults as
+    :func:`aiayn.analysis.formulas.default_size`.
 
     Returns:
         a function of no arguments that runs it.
@@ -76,39 +70,10 @@ def example_forward(model: nn.Module, seq_len: int | None = None, image_size: in
 
     cfg: Any = model.cfg  # the config of any family
     family = family_of(cfg)
-    if family in ("vit", "swin", "detr"):
-        size = image_size or (DETR_IMAGE_SIZE if family == "detr" else cfg.image_size)
-        h, w = (size, size) if isinstance(size, int) else size
-        images = torch.randn(batch, cfg.in_channels, h, w)
-        return lambda: model(images)
-    t = seq_len or cast(int, default_size(cfg))  # a text family's: its max_len
-    if family == "transformer":  # 0, 1, 2 hold pad, bos and eos in every preset
-        src, tgt = (torch.randint(3, v, (batch, t)) for v in (cfg.src_vocab_size, cfg.tgt_vocab_size))
-        return lambda: model(src, tgt)
-    if family == "gpt":
-        ids = torch.randint(0, cfg.vocab_size, (batch, t))
-        score = cast("GPT", model).score
-        if score is None:
-            return lambda: model(ids)
-
-        def classifier() -> Tensor:  # the logits, then the class head on one (the last) position of each row
-            logits = model(ids)
-            cast(nn.Module, score)(logits.new_zeros(batch, cfg.d_model))
-            return logits
-
-        return classifier
-    ids = torch.randint(1, cfg.vocab_size, (batch, t))  # BERT: not pad_id
-    bert_model = cast("BERT", model)  # the one family left
-
-    def bert() -> Tensor:
-        hidden = bert_model(ids)
-        pooled = bert_model.pooled(hidden)
-        for head, x in ((bert_model.mlm, hidden), (bert_model.nsp, pooled), (bert_model.classifier, pooled)):
-            if head is not None:
-                head(x)
-        return pooled
-
-    return bert
+    image = family.inputs == "image"
+    size = check_size(image_size if image else seq_len, image, "image_size" if image else "seq_len")
+    module = family.module("counts")
+    return module.example(model, module.default_size(cfg) if size is None else size, batch)
 
 
 def measured_macs(model: nn.Module, forward: Callable[[], Any], explicit_attention: bool = False) -> dict[str, int]:

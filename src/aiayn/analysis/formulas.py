@@ -33,13 +33,13 @@ C_in C_out (+ C_out bias) parameters and T C_in C_out MACs; a k x k convolution 
 k^2 C_in C_out (+ C_out) parameters and H' W' k^2 C_in C_out MACs.
 
 So an encoder layer is 12C^2 + 13C parameters with F = 4C (the familiar 12 L C^2 of GPT-2/3 counts), and
-T (4C^2 + 2TC + 2CF) MACs: per position, one MAC per weight plus 2TC for the scores. The family functions
-below add the embeddings and the heads; each names the paper section it follows.
+T (4C^2 + 2TC + 2CF) MACs: per position, one MAC per weight plus 2TC for the scores. Each family's
+``counts.py`` (:mod:`aiayn.models.gpt.counts`, ...) adds its embeddings and heads, naming the paper section it
+follows; :func:`counts` asks the family of a config for them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,98 +184,12 @@ def decoder_layer(t: int, s: int, c: int, f: int, cross: bool = True) -> Counts:
 # --- families --------------------------------------------------------------------------------------------
 
 
-def transformer(cfg: Any, src_len: int, tgt_len: int) -> Counts:
-    """The encoder-decoder Transformer (Vaswani et al. 2017, section 3) and BART (Lewis et al. 2020).
-
-    Parameters: the token tables (one if ``share_embeddings``), learned position tables on each side
-    (``max_len + positional_offset`` rows; sinusoidal ones have none), the embedding LayerNorms (BART), the
-    layers, final LayerNorms when pre-norm, and the pre-softmax projection C V (only its bias when tied,
-    section 3.4), and a ``cross_scoring`` scorer's own weights (:func:`scorer`). Multiply-adds: the encoder on
-    S = ``src_len`` positions, the decoder on T = ``tgt_len`` attending to S, and the projection T C V. With
-    V = 37,000 the base model's projection, C V = 18.9M per target position, is nearly as much as its six
-    decoder layers' weights, 6 (6C^2 + 2CF) = 22.0M.
-    """
-    c = cfg.d_model
-    embed = table(cfg.src_vocab_size, c)
-    if not cfg.share_embeddings:
-        embed += table(cfg.tgt_vocab_size, c)
-    if cfg.positional == "learned":
-        embed += 2 * table(cfg.max_len + cfg.positional_offset, c)
-    if cfg.embed_norm:
-        embed += layer_norm(c, 2)
-    final = layer_norm(c, 2) if cfg.norm_first else NONE
-    encoder = cfg.n_encoder_layers * encoder_layer(src_len, c, cfg.d_ff)
-    decoder = cfg.n_decoder_layers * (decoder_layer(tgt_len, src_len, c, cfg.d_ff)
-                                      + scorer(tgt_len, src_len, c, cfg.d_head, cfg.cross_scoring))
-    head = linear(tgt_len, c, cfg.tgt_vocab_size, bias=cfg.output_bias, weight=not cfg.tie_output)
-    return embed + encoder + decoder + final + head
 
 
-def gpt(cfg: Any, seq_len: int) -> Counts:
-    """GPT-2 (Radford et al. 2019) and GPT-3 (Brown et al. 2020): token and learned position tables, N
-    pre-norm decoder layers without cross-attention, a final LayerNorm, and the tied projection T C V.
-
-    Per token: one multiply-add per entry of the layers' matrices (12C^2 per layer), 2TC per layer for the
-    scores, and C V for the logits. GPT-3's "6N" training rule (Table D.1) is the first term as FLOPs (2 per
-    multiply-add) times 3 (the backward pass costs twice the forward).
-
-    Llama's switches: rotary positions have no table (and no matmul), RMSNorm C parameters, SwiGLU a third
-    C x F matrix, grouped heads smaller W^K and W^V (:func:`attention`), no biases. A sliding window is counted
-    over the full square, as the causal mask is. A classifier (``head="classification"``) adds C x K without a
-    bias on the last token (GPT-2's ``score``).
-    """
-    c = cfg.d_model
-    embed = table(cfg.vocab_size, c) + (table(cfg.max_len, c) if cfg.positional == "learned" else NONE)
-    rms = cfg.norm == "rmsnorm"
-    layer = (attention(seq_len, seq_len, c, bias=cfg.bias, kv=cfg.kv_heads * (c // cfg.n_heads))
-             + feed_forward(seq_len, c, cfg.d_ff, bias=cfg.bias, gated=cfg.activation == "swiglu")
-             + layer_norm(c, 2, rms=rms))
-    score = linear(1, c, cfg.num_labels, bias=False) if cfg.head == "classification" else NONE
-    return embed + cfg.n_layers * layer + layer_norm(c, rms=rms) + linear(seq_len, c, cfg.vocab_size, bias=False,
-                                                                          weight=not cfg.tie_output) + score
 
 
-def bert(cfg: Any, seq_len: int) -> Counts:
-    """BERT (Devlin et al. 2019): token, position and segment tables with a LayerNorm, N post-norm encoder
-    layers, the pooler (tanh of a C x C map of [CLS], one position), and the heads the config has:
-
-        mlm             dense C x C, LayerNorm, the tied token table as the output (T C V) and a V bias
-        nsp             C x 2 on the pooled [CLS]
-        classification  C x K on the pooled [CLS]
-
-    The multiply-adds are those of the encoder, the pooler and those heads on T = ``seq_len`` positions.
-    """
-    c = cfg.d_model
-    embed = table(cfg.vocab_size, c) + table(cfg.max_len, c) + table(cfg.type_vocab_size, c) + layer_norm(c)
-    layers = cfg.n_layers * encoder_layer(seq_len, c, cfg.d_ff)
-    heads = linear(1, c, c)  # the pooler
-    if cfg.head in ("pretraining", "mlm"):
-        heads += linear(seq_len, c, c) + layer_norm(c) + linear(seq_len, c, cfg.vocab_size, weight=False)
-    if cfg.head == "pretraining":
-        heads += linear(1, c, 2)
-    if cfg.head == "classification":
-        heads += linear(1, c, cfg.num_labels)
-    return embed + layers + heads
 
 
-def vit(cfg: Any, height: int, width: int) -> Counts:
-    """ViT (Dosovitskiy et al. 2021, section 3.1, eqs. 1-4) on a ``height`` x ``width`` image.
-
-    The patch embedding is a P x P convolution of stride P: N = (H/P)(W/P) patches of Cin P^2 values, each
-    mapped to C (N Cin P^2 C multiply-adds). The [CLS] token and the position table ((1 + g^2) C, g the grid
-    at ``cfg.image_size``) are parameters without arithmetic. The encoder runs on 1 + N tokens, and the head
-    C K on [CLS] alone. ViT-B/16 at 224: N = 196, 12 layers of 197 (4C^2 + 2 x 197 C + 2CF) = 17.45G, the
-    patch embedding 0.12G: 17.6G multiply-adds.
-    """
-    p, c = cfg.patch_size, cfg.d_model
-    if height % p or width % p:
-        raise ValueError(f"image size {height} x {width} must be a multiple of patch_size={p}")
-    n = (height // p) * (width // p)
-    embed = conv(height // p, width // p, cfg.in_channels, c, p, part="embeddings")
-    embed += Counts({"embeddings": c + (1 + cfg.grid**2) * c})  # [CLS] and the position table
-    layers = cfg.n_layers * encoder_layer(1 + n, c, cfg.d_ff)
-    head = linear(1, c, cfg.num_classes) if cfg.num_classes else NONE
-    return embed + layers + layer_norm(c) + head
 
 
 def window_attention(height: int, width: int, c: int, window: int) -> Counts:
@@ -297,36 +211,6 @@ def window_attention(height: int, width: int, c: int, window: int) -> Counts:
     return Counts(macs={"attention projections": 4 * hw * c * c, "attention scores": 2 * window * window * hw * c})
 
 
-def swin(cfg: Any, height: int, width: int) -> Counts:
-    """Swin Transformer (Liu et al. 2021, section 3) on a ``height`` x ``width`` image.
-
-        patch embedding   P x P conv, stride P, and a LayerNorm: (H/P)(W/P) Cin P^2 C
-        each block        W-MSA or SW-MSA (:func:`window_attention`, on the map padded to a multiple of M;
-                          a map no larger than M is one window) + the relative position bias, (2M-1)^2 h
-                          parameters + an MLP of ratio 4 on the h w patches
-        patch merging     2 x 2 patches concatenated (4C), LayerNorm, Linear 4C -> 2C without bias:
-                          (h/2)(w/2) 8C^2 multiply-adds
-        head              LayerNorm, average, Linear C_last -> K
-
-    Swin-T at 224 (maps 56, 28, 14, 7; C = 96, 192, 384, 768): 4.5G multiply-adds, Table 1's "4.5G FLOPs".
-    """
-    p, m = cfg.patch_size, cfg.window_size
-    h, w = math.ceil(height / p), math.ceil(width / p)
-    c0 = cfg.d_model
-    total = conv(h, w, cfg.in_channels, c0, p, part="embeddings") + layer_norm(c0)
-    for i, (depth, heads) in enumerate(zip(cfg.n_layers, cfg.n_heads)):
-        c = cfg.dims[i]
-        if i > 0:  # patch merging of the previous stage's C/2 channels: LayerNorm(2C), Linear(2C -> C)
-            h, w = math.ceil(h / 2), math.ceil(w / 2)
-            total += layer_norm(2 * c) + linear(h * w, 2 * c, c, bias=False, part="embeddings")
-        window = min(m, h, w)
-        hp, wp = math.ceil(h / window) * window, math.ceil(w / window) * window
-        f = int(cfg.mlp_ratio * c)
-        block = (window_attention(hp, wp, c, window) + Counts({"attention": 4 * c * c + 4 * c})
-                 + table((2 * m - 1) ** 2, heads, part="attention") + feed_forward(h * w, c, f) + layer_norm(c, 2))
-        total += depth * block
-    head = linear(1, cfg.num_features, cfg.num_classes) if cfg.num_classes else NONE
-    return total + layer_norm(cfg.num_features) + head
 
 
 def _conv_out(n: int, k: int, stride: int) -> int:
@@ -411,29 +295,6 @@ def restricted_attention(t: int, c: int, r: int, bias: bool = True) -> Counts:
                                     "attention scores": 2 * t * min(r, t) * c})
 
 
-def detr(cfg: Any, height: int, width: int) -> Counts:
-    """DETR (Carion et al. 2020, section 3.2) on a ``height`` x ``width`` image.
-
-        backbone          :func:`resnet`: a feature map of h x w = H/32 x W/32 positions, 2048 channels
-        input projection  1 x 1 conv 2048 -> C on S = h w positions
-        encoder           N layers on S positions (positions added to queries and keys: no extra matmul)
-        decoder           M layers of Q object queries (a Q x C table), self-attention over Q and
-                          cross-attention over S
-        heads             class Linear C -> K+1 and box MLP C -> C -> C -> 4, on the output of every decoder
-                          layer (the auxiliary losses; the last is the prediction): M Q (C(K+1) + 2C^2 + 4C)
-
-    DETR-R50 at 800 x 1066 (S = 25 x 34 = 850): the backbone is ~70G of its ~81G multiply-adds.
-    """
-    c, q, f = cfg.d_model, cfg.num_queries, cfg.d_ff
-    backbone, (h, w) = resnet(cfg.in_channels, cfg.backbone_stem, cfg.backbone_widths, cfg.backbone_depths,
-                              cfg.backbone_block, height, width)
-    s = h * w
-    embed = conv(h, w, cfg.backbone_widths[-1], c, 1, part="embeddings") + table(q, c)
-    encoder = cfg.n_encoder_layers * encoder_layer(s, c, f) + (layer_norm(c) if cfg.norm_first else NONE)
-    decoder = cfg.n_decoder_layers * decoder_layer(q, s, c, f) + layer_norm(c)
-    rows = cfg.n_decoder_layers * q  # every layer's output goes through the heads
-    heads = linear(rows, c, cfg.num_classes + 1) + linear(rows, c, c) + linear(rows, c, c) + linear(rows, c, 4)
-    return backbone + embed + encoder + decoder + heads
 
 
 # --- any config --------------------------------------------------------------------------------------------
@@ -441,26 +302,23 @@ def detr(cfg: Any, height: int, width: int) -> Counts:
 
 def default_size(cfg: Any) -> int | tuple[int, int]:
     """What ``counts`` assumes when no size is given: a text family's ``max_len`` (its context), a vision
-    family's ``image_size``, DETR's 800 x 1066."""
+    family's ``(image_size, image_size)``, DETR's 800 x 1066 (each family's ``counts.default_size``)."""
     from aiayn.models import family_of
 
-    family = family_of(cfg)
-    if family == "detr":
-        return DETR_IMAGE_SIZE
-    if family in ("vit", "swin"):
-        return cfg.image_size
-    return cfg.max_len
+    return family_of(cfg).module("counts").default_size(cfg)
 
 
 def counts(cfg_or_name: Any, seq_len: int | None = None, image_size: int | tuple[int, int] | None = None,
            batch: int = 1) -> Counts:
-    """Parameters and forward multiply-adds, by part, of a config or preset name, from the formulas alone.
+    """Parameters and forward multiply-adds, by part, of a config or preset name, from the formulas alone
+    (the family's ``counts.count``: :mod:`aiayn.models.gpt.counts`, ...).
 
     Args:
         cfg_or_name: a model config or a preset name.
         seq_len: positions of a text family (the encoder-decoder: source and target each); default
             :func:`default_size`.
-        image_size: a side or ``(height, width)`` for ViT, Swin and DETR; default :func:`default_size`.
+        image_size: a side or ``(height, width)`` for an image family (ViT, Swin, DETR); default
+            :func:`default_size`.
         batch: examples per forward pass (multiplies the multiply-adds).
 
     Returns:
@@ -472,27 +330,29 @@ def counts(cfg_or_name: Any, seq_len: int | None = None, image_size: int | tuple
     family = family_of(cfg)
     if not isinstance(batch, int) or batch <= 0:
         raise ValueError(f"batch={batch!r} must be a positive integer")
-    image = family in ("vit", "swin", "detr")
+    image = family.inputs == "image"
     if image and seq_len is not None:
-        raise ValueError(f"seq_len={seq_len} is for text models; a {family} config takes image_size")
+        raise ValueError(f"seq_len={seq_len} is for text models; a {family.name} config takes image_size")
     if not image and image_size is not None:
-        raise ValueError(f"image_size={image_size} is for image models; a {family} config takes seq_len")
-    size = image_size if image else seq_len
+        raise ValueError(f"image_size={image_size} is for image models; a {family.name} config takes seq_len")
+    size = check_size(image_size if image else seq_len, image, "image_size" if image else "seq_len")
+    module = family.module("counts")
+    return module.count(cfg, module.default_size(cfg) if size is None else size).batched(batch)
+
+
+def check_size(size: Any, image: bool, name: str) -> int | tuple[int, int] | None:
+    """``size`` as a text family takes it (a positive int) or an image family does (``(height, width)``, from a
+    side or a pair); ``None`` stays ``None``. Raises a ``ValueError`` naming ``name``."""
     if size is None:
-        size = default_size(cfg)
+        return None
     if image:
         h, w = (size, size) if isinstance(size, int) else tuple(size)
         if not all(isinstance(v, int) and v > 0 for v in (h, w)):
-            raise ValueError(f"image_size={image_size!r} must be a positive side or (height, width)")
-        result = {"vit": vit, "swin": swin, "detr": detr}[family](cfg, h, w)
-    else:
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"seq_len={seq_len!r} must be a positive integer")
-        if family == "transformer":
-            result = transformer(cfg, size, size)
-        else:
-            result = {"gpt": gpt, "bert": bert}[family](cfg, size)
-    return result.batched(batch)
+            raise ValueError(f"{name}={size!r} must be a positive side or (height, width)")
+        return h, w
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"{name}={size!r} must be a positive integer")
+    return size
 
 
 def as_dict(c: Counts) -> dict[str, Any]:
@@ -501,7 +361,7 @@ def as_dict(c: Counts) -> dict[str, Any]:
             "macs": {**c.macs, "total": c.total_macs}, "flops": c.flops}
 
 
-__all__ = ["DETR_IMAGE_SIZE", "MAC_PARTS", "PARAMETER_PARTS", "Counts", "as_dict", "attention", "bert", "conv",
-           "conv1d", "counts", "decoder_layer", "default_size", "detr", "encoder_layer", "feed_forward", "gpt",
-           "layer_norm", "linear", "lstm", "resnet", "resnet_classifier", "restricted_attention", "scorer", "swin",
-           "table", "transformer", "vit", "window_attention"]
+__all__ = ["DETR_IMAGE_SIZE", "MAC_PARTS", "NONE", "PARAMETER_PARTS", "Counts", "as_dict", "attention", "check_size",
+           "conv", "conv1d", "counts", "decoder_layer", "default_size", "encoder_layer", "feed_forward", "layer_norm",
+           "linear", "lstm", "resnet", "resnet_classifier", "restricted_attention", "scorer", "table",
+           "window_attention"]

@@ -14,7 +14,6 @@ from aiayn.analysis.formulas import counts, default_size
 from aiayn.analysis.published import PUBLISHED, ours
 from aiayn.models import family_of, preset
 
-IMAGE_FAMILIES = ("vit", "swin", "detr")
 UNITS = "multiply-adds (MACs) of the matmuls and convolutions of one forward pass; 1 MAC = 2 FLOPs"
 
 
@@ -33,7 +32,7 @@ def count(name: str, seq_len: int | None = None, image_size: int | tuple[int, in
         "published"}``; ``input`` is ``{"seq_len": L}`` or ``{"image_size": [H, W]}``.
     """
     cfg = preset(name)
-    image = family_of(cfg) in IMAGE_FAMILIES
+    image = family_of(cfg).inputs == "image"
     if image and seq_len is not None:
         raise ValueError(f"--seq-len is for text models; {name} is an image model, give --image-size")
     if not image and image_size is not None:

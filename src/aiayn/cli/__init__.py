@@ -547,7 +547,7 @@ def _count_folder(folder: str, seq_len: int | None, image_size: int | tuple[int,
     folder (converted on the meta device: its config, no weights in memory)."""
     from aiayn.analysis import parameter_table
     from aiayn.analysis.formulas import counts, default_size
-    from aiayn.analysis.report import IMAGE_FAMILIES, UNITS
+    from aiayn.analysis.report import UNITS
     from aiayn.models import family_of
 
     if (Path(folder) / "config.json").is_file():
@@ -561,7 +561,7 @@ def _count_folder(folder: str, seq_len: int | None, image_size: int | tuple[int,
         from aiayn.training.checkpoint import saved_config
 
         cfg = saved_config(folder)
-    image = family_of(cfg) in IMAGE_FAMILIES
+    image = family_of(cfg).inputs == "image"
     if (seq_len if image else image_size) is not None:
         raise ValueError(f"--{'seq-len' if image else 'image-size'} does not fit {folder}, "
                          f"{'an image' if image else 'a text'} model")
@@ -584,7 +584,9 @@ def _is_textclass(run: str) -> bool:
     folder = Path(run)
     if not (folder / "classes.json").is_file():
         return False
-    return type(saved_config(folder)).__name__ in ("BertConfig", "GPTConfig")
+    from aiayn.models import family_of
+
+    return family_of(saved_config(folder)).inputs == "text"
 
 
 def _pipeline(task: str, source: str, run_on: dict[str, Any]) -> Any:

@@ -1,6 +1,8 @@
-"""Weights from Hugging Face models into aiayn models: one key table per family.
+"""Weights from Hugging Face models into aiayn models: each family's ``hf.py`` holds its key table both ways
+(``aiayn.models.<family>.hf``); this package reads the folders, finds the family by the config's
+``model_type`` (:func:`aiayn.models.registry.family_of_hf`) and writes Hugging Face folders (:mod:`.to_hf`).
 
-Only this package (and the command line and tests) imports conversion code; models never do.
+A model module never imports conversion code; the families' ``hf.py`` are imported when a conversion asks.
 Reading a ``transformers`` model object needs the ``hf`` extra; a local folder needs only safetensors.
 """
 
@@ -11,20 +13,11 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.convert import bert, detr, gpt2, llama, seq2seq, swin, vit
 from aiayn.convert.common import hf_folder, read_hf
+from aiayn.models.registry import FAMILIES, family_of_hf
 
-CONVERTERS: dict[str, Callable[..., nn.Module]] = {
-    "marian": seq2seq.convert,
-    "bart": seq2seq.convert,
-    "gpt2": gpt2.convert,
-    "llama": llama.convert,
-    "mistral": llama.convert,
-    "bert": bert.convert,
-    "vit": vit.convert,
-    "swin": swin.convert,
-    "detr": detr.convert,
-}
+# Hugging Face model_type -> the function converting it (every family's, from the registry)
+CONVERTERS: dict[str, Callable[..., nn.Module]] = {t: f.from_hf for f in FAMILIES.values() for t in f.hf_types}
 
 
 def from_hf(source: Any, revision: str | None = None) -> nn.Module:
@@ -40,10 +33,7 @@ def from_hf(source: Any, revision: str | None = None) -> nn.Module:
         ValueError: a model type we do not convert, or missing, unexpected or misshapen weights.
     """
     config, tensors, name = read_hf(source, revision)
-    kind = config.get("model_type")
-    if kind not in CONVERTERS:
-        raise ValueError(f"{name}: model_type {kind!r} cannot be converted; known: {', '.join(sorted(CONVERTERS))}")
-    return CONVERTERS[kind](config, tensors, name)
+    return family_of_hf(config.get("model_type"), name).from_hf(config, tensors, name)
 
 
 __all__ = ["CONVERTERS", "from_hf", "hf_folder"]

@@ -20,36 +20,10 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from aiayn.convert.keys import Source
 from aiayn.io import read_json
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
-
-
-class Source:
-    """A source state dict that records which keys a conversion took, so leftovers can be refused."""
-
-    def __init__(self, tensors: dict[str, Tensor], name: str) -> None:
-        self.tensors, self.name = tensors, name
-        self.taken: set[str] = set()
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.tensors
-
-    def take(self, key: str) -> Tensor:
-        if key not in self.tensors:
-            raise ValueError(f"{self.name} has no weight {key!r} (missing key)")
-        self.taken.add(key)
-        return self.tensors[key]
-
-    def alias(self, key: str, value: Tensor) -> None:
-        """Take ``key`` if present; it must hold ``value`` (a tied weight stored twice)."""
-        if key in self.tensors and not torch.equal(self.take(key), value):
-            raise ValueError(f"{self.name}: {key!r} should be tied to a weight it differs from")
-
-    def check_all_taken(self, ignore: tuple[str, ...] = ()) -> None:
-        left = sorted(k for k in self.tensors if k not in self.taken and not k.endswith(ignore))
-        if left:
-            raise ValueError(f"{self.name} has weights the conversion does not use (unexpected keys): {left}")
 
 
 # what a model folder needs from the hub: its config, weights (one file or shards + index) and tokenizer files
@@ -267,38 +241,3 @@ def _sizes(hf: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, int]]
                         if isinstance(v, int) and not isinstance(v, bool))
         elif isinstance(value, int) and not isinstance(value, bool):
             yield f"{prefix}{key}", value
-
-
-def fused(*parts: Tensor) -> Tensor:
-    """Separate q, k, v projections stacked into one ``in_proj`` (rows q, then k, then v)."""
-    return torch.cat(parts, dim=0)
-
-
-def linear(src: Source, ours: str, theirs: str, out: dict[str, Tensor], bias: bool = True) -> None:
-    """``theirs.weight`` (and ``.bias``) -> ``ours.weight`` (and ``.bias``); also LayerNorm."""
-    out[f"{ours}.weight"] = src.take(f"{theirs}.weight")
-    if bias:
-        out[f"{ours}.bias"] = src.take(f"{theirs}.bias")
-
-
-def attention(src: Source, ours: str, theirs: str, out: dict[str, Tensor],
-              names: tuple[str, str, str] = ("q_proj", "k_proj", "v_proj"), out_proj: str | None = None) -> None:
-    """Separate q/k/v projections ``theirs.<names>`` and the output projection (``theirs.out_proj``, or
-    the full prefix ``out_proj``) -> our fused ``in_proj`` and ``out_proj``."""
-    q, k, v = (f"{theirs}.{n}" for n in names)
-    out[f"{ours}.in_proj.weight"] = fused(*(src.take(f"{p}.weight") for p in (q, k, v)))
-    out[f"{ours}.in_proj.bias"] = fused(*(src.take(f"{p}.bias") for p in (q, k, v)))
-    linear(src, f"{ours}.out_proj", out_proj or f"{theirs}.out_proj", out)
-
-
-def gpt_ends(hf: dict[str, Any]) -> dict[str, Any]:
-    """Our ``eos_id`` and ``stop_ids`` for a decoder's ``eos_token_id``: one id, a list (Llama 3.1's chat models
-    list three; the first is ``eos_id``), or none (no end token: generation runs to its length, as transformers')."""
-    eos = hf.get("eos_token_id")
-    ids = list(eos) if isinstance(eos, list) else [] if eos is None else [eos]
-    return {"eos_id": ids[0] if ids else None, "stop_ids": tuple(ids[1:])}
-
-
-def hf_ends(cfg: Any) -> int | list[int] | None:
-    """A decoder config's ``eos_token_id`` for our ``eos_id`` and ``stop_ids`` (the inverse of :func:`gpt_ends`)."""
-    return [cfg.eos_id, *cfg.stop_ids] if cfg.stop_ids else cfg.eos_id

@@ -89,7 +89,7 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
         aiayn.save(model, tmp)
         if (folder / "tokenizer.json").is_file():
             shutil.copyfile(folder / "tokenizer.json", tmp / "tokenizer.json")
-        elif model_type == "bert" and (folder / "vocab.txt").is_file():  # vocab.txt and do_lower_case, as one file
+        elif (folder / "vocab.txt").is_file():  # a WordPiece vocab.txt and do_lower_case, as one file
             from aiayn.recipes.mlm import bert_tokenizer
 
             bert_tokenizer(folder).save(tmp / "tokenizer.json")
@@ -217,9 +217,10 @@ def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force
 def _generates(model: nn.Module) -> bool:
     """Whether ``model`` is a decoder-only language model, whose exported tokenizer pads on the left: batched
     ``generate`` appends each row's next token at the end, so every row's prompt must end there."""
-    from aiayn.models.gpt import GPT
+    from aiayn.models import family_of
 
-    return isinstance(model, GPT) and model.cfg.head == "lm"
+    cfg = getattr(model, "cfg", None)
+    return family_of(cfg).task == "generate" and getattr(cfg, "head", "lm") == "lm"
 
 
 def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:

@@ -25,7 +25,7 @@ in a graph, but positions are those of the model: a decoder graph holds ``max_le
 grows past it; a graph cannot), and ViT's H and W are the config's ``image_size``.
 
 The graphs come from ``torch.onnx.export(dynamo=True)`` (``torch.export``, then onnxscript's translation) of
-small wrappers that call the model's own modules with a cache that concatenates (:class:`_Past`). The model is
+small wrappers that call the model's own modules with a cache that concatenates (:class:`Past`). The model is
 traced as a copy on the meta device, shapes without data: on the CPU our layers read a few values back to the
 host (the range of the ids, whether an attention row has nothing to attend to), which a graph cannot; on any
 other device they take the path an accelerator takes, which never reads back (empty rows are always fixed up).
@@ -43,9 +43,9 @@ import copy
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,26 +54,21 @@ from torch import Tensor, nn
 from aiayn import __version__
 from aiayn.layers import fast
 from aiayn.layers.int8 import is_quantized
-from aiayn.models import config_to_dict, family_of
+from aiayn.models import FAMILIES, config_to_dict, family_of
 
 if TYPE_CHECKING:
-    from aiayn.layers.attention import MultiHeadAttention
-    from aiayn.layers.kv_cache import DecoderCache
-    from aiayn.models.gpt import GPT
-    from aiayn.models.transformer import Transformer
-    from aiayn.models.vit import ViT
+    pass
 
 FORMAT = "aiayn-onnx/1"
 SPEC = "onnx.json"
-FAMILIES = ("transformer", "gpt", "vit")
 INSTALL = 'pip install "aiayn[export]"'
 # example sizes to trace with: torch.export fixes sizes 0 and 1, and gives equal sizes one symbol
-_EXAMPLE = {"batch": 2, "new": 3, "past": 5, "src_len": 7}
+EXAMPLE = {"batch": 2, "new": 3, "past": 5, "src_len": 7}
 
 
 # --- the cache as plain tensors ---------------------------------------------------------------------------------
 
-class _LayerPast:
+class LayerPast:
     """One decoder layer's cache inside a graph, answering what :class:`~aiayn.layers.LayerCache` answers: the
     past keys/values with the new ones appended (concatenated, not written into a buffer), and the
     cross-attention keys/values given."""
@@ -82,7 +77,7 @@ class _LayerPast:
         self.k, self.v, self.cross = k, v, cross  # (B, H, P, D) each; cross (B, H, S, D) each
 
     @property
-    def self_attn(self) -> _LayerPast:
+    def self_attn(self) -> LayerPast:
         return self
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -95,11 +90,11 @@ class _LayerPast:
         return self.cross
 
 
-class _Past(list):
-    """The layers' :class:`_LayerPast`, standing in for :class:`~aiayn.layers.DecoderCache`."""
+class Past(list):
+    """The layers' :class:`LayerPast`, standing in for :class:`~aiayn.layers.DecoderCache`."""
 
     def __init__(self, past: list[tuple[Tensor, Tensor]], cross: list[tuple[Tensor, Tensor]] | None = None) -> None:
-        super().__init__(_LayerPast(k, v, None if cross is None else cross[i]) for i, (k, v) in enumerate(past))
+        super().__init__(LayerPast(k, v, None if cross is None else cross[i]) for i, (k, v) in enumerate(past))
 
     @property
     def length(self) -> Any:  # P, a symbolic size while tracing
@@ -112,56 +107,9 @@ class _Past(list):
         return [(layer.k, layer.v) for layer in self]
 
 
-# --- the wrappers that are exported ----------------------------------------------------------------------------
-
-class _Encoder(nn.Module):
-    """``src_ids (B, S)`` -> ``memory (B, S, C)`` and every decoder layer's cross-attention keys and values."""
-
-    def __init__(self, model: Transformer) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src_ids: Tensor) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        memory = self.model.encode(src_ids)  # (B, S, C)
-        attns = [cast("MultiHeadAttention", layer.cross_attn) for layer in self.model.decoder.layers]
-        return memory, [attn.project_kv(memory) for attn in attns]  # (B, H, S, D) each
-
-
-class _Decoder(nn.Module):
-    """One decoding step of :meth:`~aiayn.models.transformer.Transformer.decode` with its cache as tensors:
-    ``tgt_ids (B, T)`` at positions ``P ..`` -> ``logits (B, T, V)`` and the cache with them appended."""
-
-    def __init__(self, model: Transformer) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, tgt_ids: Tensor, src_mask: Tensor, past: list[tuple[Tensor, Tensor]],
-                cross: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        model, cache = self.model, _Past(past, cross)
-        x = model.tgt_embed(tgt_ids, start=cache.length)  # (B, T, C)
-        memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S), as padding_mask gives it
-        # no memory: every layer reads its cross-attention keys/values from the cache
-        x = model.decoder(x, None, None, memory_mask, True, caches=cache)
-        return model.generator(x), cache.present()
-
-
-class _GPT(nn.Module):
-    """:class:`~aiayn.models.gpt.GPT`'s forward with its cache as tensors."""
-
-    def __init__(self, model: GPT) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor,
-                past: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
-        cache = _Past(past)
-        logits = self.model(input_ids, attention_mask=attention_mask, cache=cast("DecoderCache", cache))
-        return logits, cache.present()
-
-
 # --- export -----------------------------------------------------------------------------------------------------
 
-def _cache_names(kind: str, layers: int) -> list[str]:
+def cache_names(kind: str, layers: int) -> list[str]:
     """``[kind_key.0, kind_value.0, kind_key.1, ...]``, in the order the graphs take and give them."""
     return [f"{kind}_{part}.{i}" for i in range(layers) for part in ("key", "value")]
 
@@ -195,7 +143,7 @@ def _require_export() -> None:
             raise ImportError(f"ONNX export needs {name}, an optional dependency: {INSTALL}") from e
 
 
-def _export(wrapper: type[nn.Module], model: nn.Module, args: tuple, names: tuple[list[str], list[str]],
+def export_graph(wrapper: type[nn.Module], model: nn.Module, args: tuple, names: tuple[list[str], list[str]],
             shapes: dict[str, list[int | str]], path: Path, opset: int | None) -> dict[str, Any]:
     """Trace ``wrapper(model)`` on the meta device, write the real weights in and save the graph to ``path``.
 
@@ -244,83 +192,13 @@ def _export(wrapper: type[nn.Module], model: nn.Module, args: tuple, names: tupl
             "outputs": {n: described[n] for n in outputs}, "opset": program.model.opset_imports.get("", None)}
 
 
-def _seq2seq(model: Transformer, folder: Path, opset: int | None) -> dict[str, Any]:
-    cfg = model.cfg
-    n, h, d = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
-    b, t, p, s = (_EXAMPLE[k] for k in ("batch", "new", "past", "src_len"))
-    meta = torch.device("meta")
-    past, cross, present = _cache_names("past", n), _cache_names("cross", n), _cache_names("present", n)
-    shapes: dict[str, list[int | str]] = {
-        "src_ids": ["batch", "src_len"], "memory": ["batch", "src_len", cfg.d_model],
-        "tgt_ids": ["batch", "new"], "src_mask": ["batch", "src_len"], "logits": ["batch", "new", cfg.tgt_vocab_size],
-        **{name: ["batch", h, "past", d] for name in past}, **{name: ["batch", h, "src_len", d] for name in cross},
-        **{name: ["batch", h, "past + new", d] for name in present},
-    }
-
-    def pairs(length: int) -> list[tuple[Tensor, Tensor]]:
-        return [(torch.zeros(b, h, length, d, device=meta), torch.zeros(b, h, length, d, device=meta))
-                for _ in range(n)]
-
-    src = torch.zeros(b, s, dtype=torch.long, device=meta)
-    encoder = _export(_Encoder, model, (src,), (["src_ids"], ["memory", *cross]), shapes, folder / "encoder.onnx",
-                      opset)
-    tgt, mask = torch.zeros(b, t, dtype=torch.long, device=meta), torch.ones(b, s, dtype=torch.bool, device=meta)
-    decoder = _export(_Decoder, model, (tgt, mask, pairs(p), pairs(s)),
-                      (["tgt_ids", "src_mask", *past, *cross], ["logits", *present]), shapes, folder / "decoder.onnx",
-                      opset)
-    return {"encoder": encoder, "decoder": decoder}
-
-
-def _gpt(model: GPT, folder: Path, opset: int | None) -> dict[str, Any]:
-    cfg = model.cfg
-    if cfg.head != "lm":
-        raise ValueError(f"ONNX export takes a GPT language model (head='lm'); a head={cfg.head!r} GPT is not "
-                         f"exported (its score layer would be left out)")
-    n, h, d = cfg.n_layers, cfg.kv_heads, cfg.d_model // cfg.n_heads  # the cache holds the kv heads only
-    b, t, p = (_EXAMPLE[k] for k in ("batch", "new", "past"))
-    meta = torch.device("meta")
-    past, present = _cache_names("past", n), _cache_names("present", n)
-    shapes: dict[str, list[int | str]] = {
-        "input_ids": ["batch", "new"], "attention_mask": ["batch", "past + new"],
-        "logits": ["batch", "new", cfg.vocab_size], **{name: ["batch", h, "past", d] for name in past},
-        **{name: ["batch", h, "past + new", d] for name in present},
-    }
-    ids = torch.zeros(b, t, dtype=torch.long, device=meta)
-    mask = torch.ones(b, p + t, dtype=torch.bool, device=meta)
-    cache = [(torch.zeros(b, h, p, d, device=meta), torch.zeros(b, h, p, d, device=meta)) for _ in range(n)]
-    graph = _export(_GPT, model, (ids, mask, cache), (["input_ids", "attention_mask", *past], ["logits", *present]),
-                    shapes, folder / "model.onnx", opset)
-    return {"model": graph}
-
-
-class _ViT(nn.Module):
-    """ViT needs no wrapper; this one only names the model ``model``, as the other graphs name it."""
-
-    def __init__(self, model: ViT) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: Tensor) -> Tensor:
-        return self.model(pixel_values)
-
-
-def _vit(model: ViT, folder: Path, opset: int | None) -> dict[str, Any]:
-    cfg = model.cfg
-    shapes: dict[str, list[int | str]] = {
-        "pixel_values": ["batch", cfg.in_channels, cfg.image_size, cfg.image_size],
-        "logits": ["batch", cfg.num_classes or cfg.d_model],
-    }
-    images = torch.zeros(_EXAMPLE["batch"], cfg.in_channels, cfg.image_size, cfg.image_size, device="meta")
-    graph = _export(_ViT, model, (images,), (["pixel_values"], ["logits"]), shapes, folder / "model.onnx", opset)
-    return {"model": graph}
-
-
 def to_onnx(model: nn.Module, folder: str | os.PathLike, opset: int | None = None) -> Path:
     """Write ``model``'s ONNX graphs and ``onnx.json``, which describes them, into ``folder``.
 
     Args:
-        model: a :class:`~aiayn.models.transformer.Transformer` (BART and Marian included), a
-            :class:`~aiayn.models.gpt.GPT` or a :class:`~aiayn.models.vit.ViT`, at float32 (not
+        model: a model of a family with an ONNX export (its ``onnx.py``): the
+            :class:`~aiayn.models.transformer.Transformer` (BART and Marian included), a
+            :class:`~aiayn.models.gpt.GPT` language model or a :class:`~aiayn.models.vit.ViT`, at float32 (not
             :func:`~aiayn.layers.int8.quantize`'d); it is left as it was.
         folder: made if needed; ``encoder.onnx`` and ``decoder.onnx`` (Transformer) or ``model.onnx`` (GPT, ViT)
             and ``onnx.json`` are written into it.
@@ -330,7 +208,7 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike, opset: int | None = Non
         ``folder``, as a :class:`~pathlib.Path`. :class:`OnnxSeq2Seq` and :class:`OnnxGPT` decode from it.
 
     Raises:
-        ValueError: another family, or a quantized model.
+        ValueError: a family without an ONNX export, or a quantized model.
         ImportError: onnx or onnxscript is not installed (the message says how to install them).
     """
     cfg = getattr(model, "cfg", None)
@@ -338,20 +216,20 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike, opset: int | None = Non
         family = family_of(cfg)
     except TypeError:  # not one of our models
         family = None
-    if family not in FAMILIES:
-        raise ValueError(f"ONNX export takes a Transformer (BART, Marian), GPT or ViT; got a {type(model).__name__}")
+    if family is None or family.onnx is None:
+        having = ", ".join(f.model.__name__ for f in FAMILIES.values() if f.onnx is not None)
+        raise ValueError(f"ONNX export takes a {having} (the families with an ONNX export); got a "
+                         f"{type(model).__name__}")
     if is_quantized(model):
         raise ValueError("ONNX export takes the float32 model, not a quantized one (aiayn.layers.int8.quantize)")
     _require_export()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    exporters: dict[str, Callable[[Any, Path, int | None], dict[str, Any]]] = {
-        "transformer": _seq2seq, "gpt": _gpt, "vit": _vit}
-    graphs = exporters[family](model, folder, opset)
-    spec = {"format": FORMAT, "family": family, "config": config_to_dict(cfg), "graphs": graphs,
-            "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}", "aiayn": __version__}
-    if family == "transformer":
-        spec["src_mask"] = "src_ids != config.pad_id"
+    exporter = family.module("onnx")
+    graphs = exporter.export(model, folder, opset)
+    spec = {"format": FORMAT, "family": family.name, "config": config_to_dict(cfg), "graphs": graphs,
+            "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}", "aiayn": __version__,
+            **getattr(exporter, "SPEC", {})}
     (folder / SPEC).write_text(json.dumps(spec, indent=2) + "\n")
     return folder
 
@@ -410,7 +288,7 @@ class OnnxSeq2Seq:
         self.encoder = session(Path(folder) / graphs["encoder"]["file"], threads)
         self.decoder = session(Path(folder) / graphs["decoder"]["file"], threads)
         n = self.cfg["n_decoder_layers"]
-        self.past, self.cross = _cache_names("past", n), _cache_names("cross", n)
+        self.past, self.cross = cache_names("past", n), cache_names("cross", n)
         self.head = (self.cfg["n_heads"], self.cfg["d_model"] // self.cfg["n_heads"])
 
     def encode(self, src: np.ndarray) -> list[np.ndarray]:
@@ -476,7 +354,7 @@ class OnnxGPT:
         self.spec = read_spec(folder, "gpt")
         self.cfg = self.spec["config"]
         self.model = session(Path(folder) / self.spec["graphs"]["model"]["file"], threads)
-        self.past = _cache_names("past", self.cfg["n_layers"])
+        self.past = cache_names("past", self.cfg["n_layers"])
         kv = self.cfg.get("n_kv_heads") or self.cfg["n_heads"]  # grouped-query attention caches fewer heads
         self.head = (kv, self.cfg["d_model"] // self.cfg["n_heads"])
 
@@ -533,4 +411,5 @@ class OnnxGPT:
         return torch.tensor(np.concatenate([ids, np.stack(new, axis=1)], axis=1))
 
 
-__all__ = ["FAMILIES", "FORMAT", "OnnxGPT", "OnnxSeq2Seq", "read_spec", "session", "to_onnx"]
+__all__ = ["EXAMPLE", "FORMAT", "LayerPast", "OnnxGPT", "OnnxSeq2Seq", "Past", "cache_names", "export_graph",
+           "read_spec", "session", "to_onnx"]

@@ -1,4 +1,5 @@
-"""Model families: each file holds a config dataclass, its presets and the modules.
+"""Model families: each is a folder (``models/<family>/``) whose :class:`~aiayn.models.family.Family` record is
+listed once in :mod:`aiayn.models.registry`.
 
 The registry maps a preset name to a config and a config type to its model, so
 ``aiayn.build("transformer-base")`` and ``aiayn.load(path)`` need no family-specific code. The model classes are
@@ -13,25 +14,17 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.models import bart, bert, detr, gpt, swin, transformer, vit
 from aiayn.models.bert import BERT
 from aiayn.models.config import override, suggest
 from aiayn.models.detr import DETR
+from aiayn.models.family import Family
 from aiayn.models.gpt import GPT
+from aiayn.models.registry import FAMILIES, family_of, family_of_hf
 from aiayn.models.swin import Swin
 from aiayn.models.transformer import Transformer
 from aiayn.models.vit import ViT
 
-FAMILIES: dict[str, tuple[type, type[nn.Module]]] = {
-    "transformer": (transformer.TransformerConfig, Transformer),
-    "gpt": (gpt.GPTConfig, GPT),
-    "bert": (bert.BertConfig, BERT),
-    "vit": (vit.ViTConfig, ViT),
-    "swin": (swin.SwinConfig, Swin),
-    "detr": (detr.DetrConfig, DETR),
-}
-_PRESETS: dict[str, Any] = {**transformer.PRESETS, **gpt.PRESETS, **bert.PRESETS, **bart.PRESETS, **vit.PRESETS,
-                           **swin.PRESETS, **detr.PRESETS}
+_PRESETS: dict[str, Any] = {name: cfg for family in FAMILIES.values() for name, cfg in family.presets.items()}
 
 
 def presets() -> list[str]:
@@ -50,21 +43,14 @@ def preset(name: str, **overrides: Any) -> Any:
     return override(_PRESETS[name], **overrides)
 
 
-def family_of(cfg: Any) -> str:
-    for family, (config_type, _) in FAMILIES.items():
-        if type(cfg) is config_type:
-            return family
-    raise TypeError(f"not a model config: {type(cfg).__name__}")
-
-
 def build(cfg_or_name: Any, **overrides: Any) -> nn.Module:
     """A model from a config, or from a preset name with overrides."""
     cfg = preset(cfg_or_name, **overrides) if isinstance(cfg_or_name, str) else override(cfg_or_name, **overrides)
-    return FAMILIES[family_of(cfg)][1](cfg)
+    return family_of(cfg).model(cfg)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return {"family": family_of(cfg), **dataclasses.asdict(cfg)}
+    return {"family": family_of(cfg).name, **dataclasses.asdict(cfg)}
 
 
 def config_from_dict(data: dict[str, Any]) -> Any:
@@ -72,9 +58,13 @@ def config_from_dict(data: dict[str, Any]) -> Any:
     family = data.pop("family", None)
     if family not in FAMILIES:
         raise ValueError(f"config names family {family!r}; known families: {', '.join(FAMILIES)}")
-    config_type = FAMILIES[family][0]
+    config_type = FAMILIES[family].config
     known = {f.name for f in dataclasses.fields(config_type)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{config_type.__name__} config has unknown fields {unknown}")
     return config_type(**data)
+
+
+__all__ = ["BERT", "DETR", "FAMILIES", "GPT", "Family", "Swin", "Transformer", "ViT", "build", "config_from_dict",
+           "config_to_dict", "family_of", "family_of_hf", "override", "preset", "presets", "suggest"]

@@ -115,7 +115,7 @@ def _load_run(path: Path, asked: type) -> Any:
         raise FileNotFoundError(f"{path} holds neither config.json (a Hugging Face folder) nor model.safetensors "
                                 f"(an aiayn run)")
     config_type = type(saved_config(path))
-    held = next(model for cfg, model in FAMILIES.values() if cfg is config_type)
+    held = next(family.model for family in FAMILIES.values() if family.config is config_type)
     if not issubclass(held, asked):
         raise ValueError(f"{path} holds an aiayn {held.__name__}, not a {asked.__name__}; load it with "
                          f"{held.__name__}.from_pretrained or aiayn.load")

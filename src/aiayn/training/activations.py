@@ -30,7 +30,8 @@ def checkpoint_blocks(model: nn.Module) -> int:
     """Make every transformer block of ``model`` recompute its activations in the backward pass.
 
     The blocks are :class:`~aiayn.layers.EncoderBlock`, :class:`~aiayn.layers.DecoderBlock` (every model
-    built on them: Transformer, BART, GPT, BERT, ViT, DETR) and Swin's :class:`~aiayn.models.swin.SwinBlock`.
+    built on them: Transformer, BART, GPT, BERT, ViT, DETR) and those a family's record names as its own
+    (``Family.blocks``: Swin's :class:`~aiayn.models.swin.SwinBlock`).
     Each one's forward goes through ``torch.utils.checkpoint`` (non-reentrant) while it trains with
     gradients enabled; in eval mode, under ``torch.no_grad``, when it is given a key/value cache and while
     :func:`~aiayn.layers.record_attention` records, it runs as before. The module tree, the state dict's
@@ -43,11 +44,12 @@ def checkpoint_blocks(model: nn.Module) -> int:
         How many blocks of ``model`` now recompute their activations (0: it has none of these blocks).
     """
     from aiayn.layers.blocks import DecoderBlock, EncoderBlock  # lazily: aiayn.training need not load every model
-    from aiayn.models.swin import SwinBlock
+    from aiayn.models import FAMILIES
 
+    blocks = (EncoderBlock, DecoderBlock, *(block for family in FAMILIES.values() for block in family.blocks))
     n = 0
     for module in model.modules():
-        if isinstance(module, (EncoderBlock, DecoderBlock, SwinBlock)):
+        if isinstance(module, blocks):
             if not is_checkpointed(module):
                 params = list(inspect.signature(type(module).forward).parameters)[1:]  # without self
                 at = params.index("cache") if "cache" in params else None

@@ -111,7 +111,7 @@ def training_flops_per_token(model: nn.Module, seq_len: int | None = None) -> fl
         family = family_of(cfg)
     except TypeError:  # not a config of this package
         return None
-    if family not in ("gpt", "transformer") or getattr(cfg, "head", "lm") != "lm":
+    if not family.tokens_loss or getattr(cfg, "head", "lm") != "lm":
         return None
     t = seq_len or cfg.max_len
     return 3 * counts(cfg, seq_len=t).flops / t

@@ -37,10 +37,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, attention, linear, load_converted
-from aiayn.convert.to_hf import copy, hf_activation, our_weights, refuse, split_attention
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import Source, attention, copy, hf_activation, linear, our_weights, refuse, split_attention
 from aiayn.layers.positional import sinusoidal_encoding
-from aiayn.models.transformer import Transformer, TransformerConfig
+from aiayn.models.transformer.model import Transformer, TransformerConfig
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh"}

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, attention, linear, load_converted
-from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, split_attention
-from aiayn.models.bert import BERT, BertConfig
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import Source, attention, copy, hf_activation, label_names, linear, our_weights, split_attention
+from aiayn.models.bert.model import BERT, BertConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}

@@ -14,7 +14,7 @@ rotation) are in :mod:`aiayn.data.noising`.
 
 from __future__ import annotations
 
-from aiayn.models.transformer import TransformerConfig
+from aiayn.models.transformer.model import TransformerConfig
 
 
 def _bart(d_model: int, n_layers: int, n_heads: int, vocab_size: int = 50265, max_len: int = 1024,

@@ -33,9 +33,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, attention, fused, linear, load_converted
-from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, split_attention
-from aiayn.models.vit import ViT, ViTConfig
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import (
+    Source,
+    attention,
+    copy,
+    fused,
+    hf_activation,
+    label_names,
+    linear,
+    our_weights,
+    split_attention,
+)
+from aiayn.models.vit.model import ViT, ViTConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}

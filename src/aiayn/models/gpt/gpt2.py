@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import Source, gpt_ends, hf_ends, linear, load_converted
-from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, refuse
-from aiayn.models.gpt import GPT, GPTConfig
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import Source, copy, hf_activation, label_names, linear, our_weights, refuse
+from aiayn.models.gpt.model import GPT, LLAMA_SWITCHES, GPTConfig
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -39,6 +39,19 @@ BLOCK = [("norm1", "ln_1", False),
          ("self_attn.in_proj", "attn.c_attn", True), ("self_attn.out_proj", "attn.c_proj", True),
          ("norm3", "ln_2", False),
          ("ff.fc1", "mlp.c_fc", True), ("ff.fc2", "mlp.c_proj", True)]
+
+
+def gpt_ends(hf: dict[str, Any]) -> dict[str, Any]:
+    """Our ``eos_id`` and ``stop_ids`` for a decoder's ``eos_token_id``: one id, a list (Llama 3.1's chat models
+    list three; the first is ``eos_id``), or none (no end token: generation runs to its length, as transformers')."""
+    eos = hf.get("eos_token_id")
+    ids = list(eos) if isinstance(eos, list) else [] if eos is None else [eos]
+    return {"eos_id": ids[0] if ids else None, "stop_ids": tuple(ids[1:])}
+
+
+def hf_ends(cfg: Any) -> int | list[int] | None:
+    """A decoder config's ``eos_token_id`` for our ``eos_id`` and ``stop_ids`` (the inverse of :func:`gpt_ends`)."""
+    return [cfg.eos_id, *cfg.stop_ids] if cfg.stop_ids else cfg.eos_id
 
 
 def config(hf: dict[str, Any]) -> GPTConfig:
@@ -93,8 +106,7 @@ def export(model: GPT) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(config, weights)`` of the ``GPT2LMHeadModel`` computing what our ``model`` computes (see the table)."""
     cfg = model.cfg
     gpt2 = GPTConfig()
-    switched = [f"{name}={getattr(cfg, name)!r}" for name in ("positional", "norm", "n_kv_heads", "bias",
-                                                             "attention_window")
+    switched = [f"{name}={getattr(cfg, name)!r}" for name in LLAMA_SWITCHES
                 if getattr(cfg, name) != getattr(gpt2, name)]
     if cfg.activation not in ACTIVATIONS.values():
         switched.append(f"activation={cfg.activation!r}")

@@ -47,6 +47,8 @@ from aiayn.models.config import check_choice, check_divisible, check_positive, c
 from aiayn.models.pretrained import PretrainedMixin
 
 POSITIONAL = ("learned", "rope")
+# Llama's switches besides a gated activation: any of them set otherwise than GPT-2 makes the model a Llama
+LLAMA_SWITCHES = ("positional", "norm", "n_kv_heads", "bias", "attention_window")
 HEADS = ("lm", "classification")
 
 
@@ -320,4 +322,4 @@ class GPT(PretrainedMixin, nn.Module):
         return DecoderCache(len(self.decoder.layers), max_len, self.cfg.attention_window)
 
 
-__all__ = ["GPT", "HEADS", "PRESETS", "GPTConfig"]
+__all__ = ["GPT", "HEADS", "LLAMA_SWITCHES", "PRESETS", "GPTConfig"]

@@ -29,11 +29,11 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.common import Source, fused, linear, load_converted
-from aiayn.convert.to_hf import copy, label_names, our_weights, refuse, split_qkv
-from aiayn.convert.vit import ACTIVATIONS, _square
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import Source, copy, fused, label_names, linear, our_weights, refuse, split_qkv
 from aiayn.layers.vision import relative_position_index
-from aiayn.models.swin import Swin, SwinConfig
+from aiayn.models.swin.model import Swin, SwinConfig
+from aiayn.models.vit.hf import ACTIVATIONS, _square
 
 # (ours, theirs in transformers 5, theirs in transformers 4) per block
 BLOCK = [("norm1", "layernorm_before", "layernorm_before"), ("norm2", "layernorm_after", "layernorm_after"),

@@ -38,10 +38,20 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.common import Source, attention, linear, load_converted
-from aiayn.convert.seq2seq import ACTIVATIONS
-from aiayn.convert.to_hf import copy, hf_activation, label_names, our_weights, refuse, split_attention
-from aiayn.models.detr import DETR, DetrConfig
+from aiayn.convert.common import load_converted
+from aiayn.convert.keys import (
+    Source,
+    attention,
+    copy,
+    hf_activation,
+    label_names,
+    linear,
+    our_weights,
+    refuse,
+    split_attention,
+)
+from aiayn.models.detr.model import DETR, DetrConfig
+from aiayn.models.transformer.hf import ACTIVATIONS
 
 BN = ("weight", "bias", "running_mean", "running_var")
 # (ours, theirs in transformers 5's modules, theirs on disk) per layer, besides attention
