@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 import aiayn
 from aiayn.decoding import greedy
-from aiayn.layers import attention
+from aiayn.layers import functional
 
 B, S, T = 2, 7, 5
 
@@ -256,8 +256,8 @@ def test_the_accelerator_path_of_the_empty_row_fix_gives_the_same_outputs(monkey
     with torch.no_grad():
         models = gpt(), transformer(), bert()
         asked = models[0](ids, attention_mask=real), models[1](src, tgt), models[2](src)
-        safe = attention._safe
-        monkeypatch.setattr(attention, "_safe", lambda mask, ask: safe(mask, ask=False))
+        safe = functional._safe
+        monkeypatch.setattr(functional, "_safe", lambda mask, ask: safe(mask, ask=False))
         unasked = models[0](ids, attention_mask=real), models[1](src, tgt), models[2](src)
     for a, b in zip(asked, unasked):
         assert torch.equal(a, b)

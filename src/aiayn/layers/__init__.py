@@ -1,9 +1,10 @@
 """The building blocks every family is made of."""
 
-from aiayn.layers.attention import MultiHeadAttention, record_attention, scaled_dot_product_attention
+from aiayn.layers.attention import MultiHeadAttention, record_attention
 from aiayn.layers.blocks import NORMS, DecoderBlock, EncoderBlock, Stack, norm_layer
 from aiayn.layers.embedding import Embedding, check_ids, tied_linear
 from aiayn.layers.feedforward import FeedForward
+from aiayn.layers.functional import scaled_dot_product_attention
 from aiayn.layers.kv_cache import DecoderCache, KVCache, LayerCache
 from aiayn.layers.masks import causal_mask, combine, padding_mask
 from aiayn.layers.positional import (

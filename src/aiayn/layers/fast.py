@@ -31,16 +31,13 @@ C channels, M window side, nW windows per image, T = M*M patches per window, hea
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from aiayn.layers.vision import window_index
-
-if TYPE_CHECKING:
-    from aiayn.layers.feedforward import FeedForward
 
 ENABLED = True  # the one switch: False runs every layer's plain path
 
@@ -128,8 +125,9 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     return out.t().contiguous().view(*x.shape[:-1], weight.size(0))  # (..., O)
 
 
-def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
-    """``ff.fc2(ff.dropout(ff.activation(ff.fc1(x))))`` when no gradient is needed, in less memory.
+def feedforward_no_grad(x: Tensor, fc1: Callable[[Tensor], Tensor], activation: str,
+                        fc2: Callable[[Tensor], Tensor], chunk_rows: int) -> Tensor:
+    """``fc2(activation(fc1(x)))`` when no gradient is needed, in less memory.
 
     The hidden layer, ``d_ff`` wide, is the largest activation of a block. Here the activation overwrites
     it (nothing keeps it for a backward pass), and more than ``chunk_rows`` positions go through in groups
@@ -137,21 +135,23 @@ def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
     from one call to the next.
 
     Args:
-        ff: a :class:`aiayn.layers.FeedForward` (``fc1``, ``fc2``, ``dropout``, ``activation_name``).
         x: ``(..., C)``; it is not overwritten.
+        fc1: the first layer, ``(..., C) -> (..., F)``.
+        activation: a key of :data:`IN_PLACE`.
+        fc2: the rest, ``(..., F) -> (..., C)`` (:class:`aiayn.layers.FeedForward` gives its dropout, then ``fc2``).
         chunk_rows: positions per group.
 
     Returns:
         ``(..., C)``.
     """
-    activation_ = IN_PLACE[ff.activation_name]
+    activation_ = IN_PLACE[activation]
     rows = x.numel() // x.size(-1)
     if rows <= chunk_rows:
-        return ff.fc2(ff.dropout(activation_(ff.fc1(x))))
+        return fc2(activation_(fc1(x)))
     flat = x.reshape(rows, -1)  # (N, C)
     out: Tensor | None = None  # (N, C), in the groups' dtype (autocast's), as the plain path returns
     for i in range(0, rows, chunk_rows):
-        y = ff.fc2(ff.dropout(activation_(ff.fc1(flat[i : i + chunk_rows]))))
+        y = fc2(activation_(fc1(flat[i : i + chunk_rows])))
         if out is None:
             out = x.new_empty(rows, y.size(-1), dtype=y.dtype)
         out[i : i + chunk_rows] = y
@@ -159,7 +159,7 @@ def feedforward_no_grad(ff: FeedForward, x: Tensor, chunk_rows: int) -> Tensor:
     return out.view(*x.shape[:-1], -1)
 
 
-def window_attention(attn: nn.Module, x: Tensor, mask: Tensor, window: int, shift: int,
+def window_attention(attn: Callable[..., tuple[Tensor, Any]], x: Tensor, mask: Tensor, window: int, shift: int,
                      chunk_tokens: int) -> Tensor:
     """Swin's roll, window partition, attention, window reverse and roll back, as one gather and one scatter.
 
@@ -171,7 +171,8 @@ def window_attention(attn: nn.Module, x: Tensor, mask: Tensor, window: int, shif
     (``index_select``'s would add the rows up one by one).
 
     Args:
-        attn: the block's :class:`aiayn.layers.MultiHeadAttention`.
+        attn: ``attn(windows, mask=mask)[0]`` attends ``(N, T, C)`` windows (the block's
+            :class:`aiayn.layers.MultiHeadAttention`).
         x: ``(B, Hp, Wp, C)``, the normalised map padded to multiples of ``window``.
         mask: additive float mask ``(nW, heads, T, T)`` (a window's bias and its region mask, row-major
             windows) or ``(1, heads, T, T)`` (the bias alone, the same for every window).

@@ -59,5 +59,8 @@ class FeedForward(nn.Module):
         if self.gate is not None:  # SwiGLU: the activated gate scales the hidden layer, position by position
             return self.fc2(self.dropout(self.activation(self.gate(x)) * self.fc1(x)))  # (B, T, C)
         if fast.ENABLED and x.device.type == "cpu" and not fast.needs_grad(x, *self.parameters()):  # less memory
-            return fast.feedforward_no_grad(self, x, chunk_rows=CHUNK_ROWS)
+            return fast.feedforward_no_grad(x, self.fc1, self.activation_name, self._output, chunk_rows=CHUNK_ROWS)
         return self.fc2(self.dropout(self.activation(self.fc1(x))))  # eq. 2
+
+    def _output(self, hidden: Tensor) -> Tensor:  # the fast path's second half: dropout, then W2
+        return self.fc2(self.dropout(hidden))

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers.attention import masked_softmax, repeat_kv
+from aiayn.layers.functional import masked_softmax, repeat_kv
 from aiayn.layers.masks import causal_mask
 
 SCORINGS = ("scaled_dot", "dot", "additive", "bilinear", "hard-argmax", "hard-sample")
