@@ -177,6 +177,26 @@ def positive(cfg: Any, *names: str) -> None:
             raise ValueError(f"{name} must be positive, got {value}")
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """How ``aiayn evaluate`` scores a run of a task (:func:`aiayn.recipes.evaluate.evaluate` asks the task's
+    :class:`Recipe` for this record; it names no task itself).
+
+    Args:
+        takes: the settings it takes besides ``device`` and ``quantize`` (where the model runs, int8 weights).
+        needs: the setting it cannot score without (``"data"`` or ``"data_dir"``).
+        score: ``score(run, args, **settings)`` -> the numbers; ``args`` is the run's ``args.json``, and
+            ``settings`` holds ``device``, ``quantize`` and what was given of ``takes``. With ``needs ==
+            "data"`` and a one-file task (``one_file``), ``data`` arrives as one path.
+        one_file: ``data`` is one file or folder, not a list.
+    """
+
+    takes: tuple[str, ...]
+    needs: str
+    score: Callable[..., dict[str, Any]]
+    one_file: bool = True
+
+
 class Recipe:
     """One task's parts. ``__init__`` prepares the data, the tokenizer and the model (a resumed run reads its
     tokenizer back from ``folder``); :func:`run` calls the rest.
@@ -191,6 +211,7 @@ class Recipe:
 
     clip: float | None = 1.0  # the maximum gradient norm
     takes_init_from: ClassVar[bool] = False  # whether __init__ calls start_from (fine-tuning from other weights)
+    evaluation: ClassVar[Evaluation | None] = None  # how aiayn evaluate scores a run of this task (None: it does not)
     source: nn.Module | None = None  # init_from's model, loaded by a recipe that takes init_from
     cfg: RecipeConfig
     say: Callable[..., None]

@@ -31,7 +31,7 @@ from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model, no_weights
 from aiayn.training import device as devices
 from aiayn.training import warmup_cosine
@@ -94,7 +94,13 @@ class Config(RecipeConfig):
             raise ValueError("data='voc' needs data_dir, the Pascal VOC folder (e.g. ../shared/data/bccd)")
 
 
+def _scores(run: Path, args: dict[str, Any], data_dir: str, split: str = "val", **run_on: Any) -> dict[str, Any]:
+    """``aiayn evaluate`` of a detector: :func:`evaluate_voc` on the VOC folder ``data_dir``."""
+    return evaluate_voc(run, data_dir, split, **run_on)
+
+
 class Detection(Recipe):
+    evaluation = Evaluation(("data_dir", "split"), "data_dir", _scores)
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:

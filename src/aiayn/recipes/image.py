@@ -30,7 +30,7 @@ from aiayn.data.images import normalise, open_image, random_shift, read_images, 
 from aiayn.evaluation.classification import accuracy, confusion_matrix
 from aiayn.models.swin import Swin
 from aiayn.models.vit import ViT
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import load_model
 from aiayn.training import decay_groups, warmup_cosine
 from aiayn.training import device as devices
@@ -124,7 +124,13 @@ class Config(RecipeConfig):
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
 
 
+def _scores(run: Path, args: dict[str, Any], data_dir: str, **run_on: Any) -> dict[str, Any]:
+    """``aiayn evaluate`` of an image classifier: :func:`image_accuracy` on the MNIST files in ``data_dir``."""
+    return image_accuracy(run, data_dir, **run_on)
+
+
 class ImageClassification(Recipe):
+    evaluation = Evaluation(("data_dir",), "data_dir", _scores)
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:

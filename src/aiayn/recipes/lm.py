@@ -27,7 +27,7 @@ import aiayn
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
 from aiayn.decoding import sample, stream
 from aiayn.models.gpt import GPT
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
@@ -65,7 +65,13 @@ class Config(RecipeConfig):
             raise ValueError(f"beta2 must be in (0, 1), got {self.beta2}")
 
 
+def _scores(run: Path, args: dict[str, Any], data: str, **run_on: Any) -> dict[str, Any]:
+    """``aiayn evaluate`` of a language model: :func:`perplexity` on the file ``data``."""
+    return perplexity(run, data, **run_on)
+
+
 class LanguageModel(Recipe):
+    evaluation = Evaluation(("data",), "data", _scores)
     takes_init_from = True
 
     cfg: Config

@@ -37,7 +37,7 @@ from aiayn.data import make_pairs, read_text
 from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, mean_pool
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
@@ -177,7 +177,13 @@ class Config(RecipeConfig):
         positive(self, "vocab_size", "n_train", "n_test", "max_len", "batch_size", "lr")
 
 
+def _scores(run: Path, args: dict[str, Any], data: str, **run_on: Any) -> dict[str, float]:
+    """``aiayn evaluate`` of a masked-LM run: :func:`masked_accuracy` on the file ``data``."""
+    return masked_accuracy(run, data, **run_on)
+
+
 class MaskedLM(Recipe):
+    evaluation = Evaluation(("data",), "data", _scores)
     takes_init_from = True
 
     cfg: Config

@@ -42,7 +42,7 @@ from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.evaluation.classification import accuracy, confusion_matrix, precision_recall
 from aiayn.models.bert import BERT, BertConfig
 from aiayn.models.gpt import GPT, GPTConfig
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import check_tokenizer, load_model, special_ids
 from aiayn.recipes.mlm import bert_tokenizer
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
@@ -184,7 +184,13 @@ class Config(RecipeConfig):
             raise ValueError(f"max_len must leave room for a token between [CLS] and [SEP], got {self.max_len}")
 
 
+def _scores(run: Path, args: dict[str, Any], data: str, split: str | None = None, **run_on: Any) -> dict[str, Any]:
+    """``aiayn evaluate`` of a text classifier: :func:`text_scores` (the test split of its own data by default)."""
+    return text_scores(run, data, split, **run_on)
+
+
 class TextClassification(Recipe):
+    evaluation = Evaluation(("data", "split"), "data", _scores)
     takes_init_from = True
 
     cfg: Config

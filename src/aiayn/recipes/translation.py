@@ -41,7 +41,7 @@ from aiayn.data.synthetic import TASKS
 from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention, record_samples, reinforce_loss
 from aiayn.models.transformer import Transformer
-from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
+from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
@@ -110,7 +110,17 @@ def load_pairs(cfg: Config) -> tuple[str, Pairs, Pairs]:
     return Path(cfg.data[0]).stem, train, test
 
 
+def _scores(run: Path, args: dict[str, Any], data: list[str], data_dir: str | None = None,
+            split: str = "test_2016_flickr", src_lang: str | None = None, tgt_lang: str | None = None, beam: int = 4,
+            weights: str | None = None, **run_on: Any) -> dict[str, Any]:
+    """``aiayn evaluate`` of a translation run: :func:`evaluate`, the languages defaulting to the run's."""
+    langs: dict[str, Any] = {"src_lang": src_lang or args.get("src_lang"), "tgt_lang": tgt_lang or args.get("tgt_lang")}
+    return {**evaluate(run, data, data_dir, split, beam=beam, weights=weights, **run_on, **langs), "beam": beam}
+
+
 class Translation(Recipe):
+    evaluation = Evaluation(("data", "data_dir", "split", "src_lang", "tgt_lang", "beam", "weights"), "data", _scores,
+                            one_file=False)
     cfg: Config
 
     def __init__(self, cfg: Config, folder: Path | None, say) -> None:
