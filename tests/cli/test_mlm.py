@@ -6,6 +6,7 @@ import torch
 import aiayn
 from aiayn import recipes
 from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.models.bert import mean_pool
 from aiayn.recipes.mlm import collate, date_pairs, encode, losses, masked_accuracy, next_pairs, sentence_pairs
 
 
@@ -73,3 +74,21 @@ def _lines(tmp_path):
     path = tmp_path / "lines.txt"
     path.write_text("\n".join(f"the {i}th of may 19{i + 10}" for i in range(10)) + "\n")
     return path
+
+
+def test_roberta_pretrains_without_next_sentence_prediction_and_embeds_texts_longer_than_it_reads(tmp_path):
+    """RoBERTa's positions start above pad_id, so it reads max_len - pad_id - 1 tokens: pairs are cut to that in
+    training, and a text longer than it is cut to it when embedded, never refused."""
+    result = recipes.train("mlm", preset="roberta-tiny", nsp=False, max_len=8, steps=2, eval_every=2, n_train=64,
+                           n_test=16, out=str(tmp_path), progress=False, verbose=False)
+    model = aiayn.load(result["run"]).eval()
+    assert type(model).__name__ == "RoBERTa" and model.cfg.max_tokens == 8 - model.cfg.pad_id - 1
+    p = aiayn.pipeline(result["run"], device="cpu")
+    long = " ".join(["the 3rd of march 1999"] * 20)  # far more tokens than the model's positions
+    got = p.embed([long, "may 1"])
+    tok = p.parts["tok"]
+    ids, types, mask = tok.batch([long, "may 1"], model.cfg.max_tokens)
+    assert ids.size(1) == model.cfg.max_tokens
+    with torch.no_grad():
+        want = mean_pool(model(ids, types, mask), mask)
+    torch.testing.assert_close(got, want)

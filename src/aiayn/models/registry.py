@@ -18,6 +18,9 @@ FAMILY_PACKAGES = (  # aiayn.models.<package>, each with its FAMILY record
     "vit",
     "swin",
     "detr",
+    "roberta",
+    "distilbert",
+    "albert",
 )
 
 FAMILIES: dict[str, Family] = {

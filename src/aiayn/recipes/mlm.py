@@ -222,7 +222,7 @@ class MaskedLM(Recipe):
                                                     "mask_id": tok.mask_id, "max_len": cfg.max_len,
                                                     "head": head, **cfg.model})
         self.model = aiayn.build(self.mcfg)
-        self.train_ex, test_ex = (encode(tok, pairs, cfg.max_len, segments=cfg.nsp)
+        self.train_ex, test_ex = (encode(tok, pairs, min(cfg.max_len, self.mcfg.max_tokens), segments=cfg.nsp)
                                   for pairs in (train_pairs, test_pairs))
         eval_gen = torch.Generator().manual_seed(12345)
         self.held_out = [collate(test_ex[i : i + 64], tok, self.mcfg.vocab_size, eval_gen)
@@ -285,7 +285,7 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
     nsp = model.nsp is not None  # a model pre-trained without next-sentence prediction is scored without it
     pairs = sentence_pairs(lines, random.Random(seed)) if nsp else next_pairs(lines)
-    examples = encode(tok, pairs, model.cfg.max_len, segments=nsp)
+    examples = encode(tok, pairs, model.cfg.max_tokens, segments=nsp)
     if not examples:
         raise ValueError(f"{path} makes no sentence pairs: it needs at least two lines")
     gen = torch.Generator().manual_seed(seed)
@@ -318,7 +318,7 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     tok = bert_tokenizer(folder)
     file = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt")
     check_tokenizer(tok, file, model.cfg.vocab_size, special_ids(model.cfg), exact=(folder / "args.json").is_file())
-    max_len = model.cfg.max_len
+    max_len = model.cfg.max_tokens  # the model's positions (a RoBERTa's fewer: they start above pad_id)
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))

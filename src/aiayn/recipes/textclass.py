@@ -72,6 +72,12 @@ def encode(tok: Any, texts: list[str], max_len: int) -> list[list[int]]:
     return out
 
 
+def longest(cfg: Any) -> int:
+    """The most tokens the model of ``cfg`` reads: a GPT's ``max_len``, a BERT-family config's ``max_tokens``
+    (a RoBERTa's positions start above ``pad_id``)."""
+    return getattr(cfg, "max_tokens", cfg.max_len)
+
+
 def pad_of(tok: Any) -> int:
     """The id that pads a batch: the tokenizer's padding token, or its end-of-text (GPT-2 has no padding
     token; padding is masked, so any id serves)."""
@@ -233,7 +239,7 @@ class TextClassification(Recipe):
         self.model = aiayn.build(self.mcfg)
         if gpt and not self.mcfg.tie_output:  # the LM head of an untied GPT takes no part in classifying: it does
             self.model.lm_head.requires_grad_(False)  # not train, and DDP waits for no gradient of it
-        max_len = min(cfg.max_len, self.mcfg.max_len)
+        max_len = min(cfg.max_len, longest(self.mcfg))
         (self.train_rows, self.val_rows, self.test_rows) = (encode(tok, t, max_len) for t, _ in (train, val, test))
         self.train_labels = train[1]
         self.val_labels, self.test_labels = torch.tensor(val[1]), torch.tensor(test[1])
@@ -306,7 +312,7 @@ def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
     fewer than the model's positions (a BERT of 512 fine-tuned on 128), else the model's."""
     args = Path(run) / "args.json"
     trained = json.loads(args.read_text()).get("max_len") if args.is_file() else None
-    return min(trained or model.cfg.max_len, model.cfg.max_len)
+    return min(trained or longest(model.cfg), longest(model.cfg))
 
 
 def text_scores(run: str | os.PathLike, data: str | os.PathLike, split_name: str | None = None, *,
@@ -366,7 +372,7 @@ def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[
         raise TypeError("texts must be a list of strings, got one string")
     if not 1 <= top <= len(classes):
         raise ValueError(f"top must be in [1, {len(classes)}], got {top}")
-    probs = predict(model, encode(tok, texts, max_len or model.cfg.max_len), pad_of(tok)).softmax(-1)
+    probs = predict(model, encode(tok, texts, max_len or longest(model.cfg)), pad_of(tok)).softmax(-1)
     best = probs.topk(top, dim=-1)
     return [{"text": text, "top": [{"class": classes[i], "probability": p}
                                    for p, i in zip(values.tolist(), index.tolist())]}

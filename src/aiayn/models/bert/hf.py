@@ -56,11 +56,11 @@ def config(hf: dict[str, Any], head: str) -> BertConfig:
         d_ff=hf["intermediate_size"], dropout=hf["hidden_dropout_prob"],
         attention_dropout=hf["attention_probs_dropout_prob"], activation=ACTIVATIONS[hf["hidden_act"]],
         layer_norm_eps=hf["layer_norm_eps"], head=head, num_labels=labels, pad_id=hf.get("pad_token_id") or 0,
-        **_specials(hf),
+        **specials(hf),
     )
 
 
-def _specials(hf: dict[str, Any]) -> dict[str, int]:
+def specials(hf: dict[str, Any]) -> dict[str, int]:
     # A folder :func:`export` wrote keeps our ids. Otherwise: BERT's WordPiece vocabularies put [CLS] [SEP]
     # [MASK] at 101-103; smaller ones (ours, tests) follow aiayn.data.wordpiece's order, [CLS] 2, [SEP] 3, [MASK] 4.
     kept = {k: v for k, v in (hf.get("aiayn") or {}).items() if k in SPECIALS}
@@ -77,29 +77,67 @@ def _head(src: Source) -> str:
     return "none"
 
 
-def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") -> BERT:
-    """Our :class:`BERT` (with the head the weights carry) computing what the Hugging Face BERT computes."""
-    src = Source(tensors, name)
+def check_bidirectional(hf: dict[str, Any], name: str, classes: dict[str, str], causal: str) -> None:
+    """Refuse a causal model (``is_decoder``, the ``causal`` class) or a head other than ``classes`` (by its
+    ``architectures``), naming them: what a BERT-shaped family refuses before reading a weight."""
     if hf.get("is_decoder"):
-        raise ValueError(f"{name}: is_decoder=True (BertLMHeadModel) attends causally; only the bidirectional "
-                         f"BERT converts")
-    if other := [c for c in hf.get("architectures") or [] if c not in HF_CLASSES.values()]:
+        raise ValueError(f"{name}: is_decoder=True ({causal}) attends causally; only the bidirectional model "
+                         f"converts")
+    if other := [c for c in hf.get("architectures") or [] if c not in classes.values()]:
         raise ValueError(f"{name}: {other[0]} cannot be converted (its head is not ours); "
-                         f"known: {', '.join(HF_CLASSES.values())}")
-    cfg = config(hf, _head(src))
-    pre = "bert." if "bert.embeddings.word_embeddings.weight" in src else ""
-    out: dict[str, Tensor] = {
-        "embed.tokens.weight": src.take(f"{pre}embeddings.word_embeddings.weight"),
-        "embed.positions.weight": src.take(f"{pre}embeddings.position_embeddings.weight"),
-        "embed.segments.weight": src.take(f"{pre}embeddings.token_type_embeddings.weight"),
-    }
+                         f"known: {', '.join(classes.values())}")
+
+
+def encoder_from_hf(src: Source, pre: str, n_layers: int, out: dict[str, Tensor]) -> None:
+    """BERT's embeddings and encoder layers under ``pre`` (``"bert."``, ``"roberta."`` or ``""``) -> ours."""
+    out["embed.tokens.weight"] = src.take(f"{pre}embeddings.word_embeddings.weight")
+    out["embed.positions.weight"] = src.take(f"{pre}embeddings.position_embeddings.weight")
+    out["embed.segments.weight"] = src.take(f"{pre}embeddings.token_type_embeddings.weight")
     linear(src, "embed.norm", f"{pre}embeddings.LayerNorm", out)
-    for i in range(cfg.n_layers):
+    for i in range(n_layers):
         ours, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
         attention(src, f"{ours}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),
                   out_proj=f"{theirs}.attention.output.dense")
         for a, b in LAYER:
             linear(src, f"{ours}.{a}", f"{theirs}.{b}", out)
+
+
+def encoder_to_hf(src: Source, pre: str, n_layers: int, out: dict[str, Tensor]) -> None:
+    """The inverse of :func:`encoder_from_hf`: our embeddings and encoder layers -> BERT's keys under ``pre``."""
+    out[f"{pre}embeddings.word_embeddings.weight"] = src.take("embed.tokens.weight")
+    out[f"{pre}embeddings.position_embeddings.weight"] = src.take("embed.positions.weight")
+    out[f"{pre}embeddings.token_type_embeddings.weight"] = src.take("embed.segments.weight")
+    copy(src, f"{pre}embeddings.LayerNorm", "embed.norm", out)
+    for i in range(n_layers):
+        mine, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
+        split_attention(src, f"{mine}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),
+                        out_proj=f"{theirs}.attention.output.dense")
+        for a, b in LAYER:
+            copy(src, f"{theirs}.{b}", f"{mine}.{a}", out)
+
+
+def hf_config(cfg: BertConfig, model_type: str, architecture: str) -> dict[str, Any]:
+    """The Hugging Face config of a BERT-shaped ``cfg``: the fields BertConfig and RobertaConfig share, our
+    [CLS] [SEP] [MASK] ids under ``"aiayn"``."""
+    return {
+        "model_type": model_type, "architectures": [architecture], "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.type_vocab_size, "hidden_size": cfg.d_model,
+        "num_attention_heads": cfg.n_heads, "num_hidden_layers": cfg.n_layers, "intermediate_size": cfg.d_ff,
+        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
+        "classifier_dropout": None, "hidden_act": hf_activation(ACTIVATIONS, cfg.activation),
+        "layer_norm_eps": cfg.layer_norm_eps, "position_embedding_type": "absolute", "pad_token_id": cfg.pad_id,
+        **label_names(cfg.num_labels), "aiayn": {k: getattr(cfg, k) for k in SPECIALS},
+    }
+
+
+def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") -> BERT:
+    """Our :class:`BERT` (with the head the weights carry) computing what the Hugging Face BERT computes."""
+    src = Source(tensors, name)
+    check_bidirectional(hf, name, HF_CLASSES, "BertLMHeadModel")
+    cfg = config(hf, _head(src))
+    pre = "bert." if "bert.embeddings.word_embeddings.weight" in src else ""
+    out: dict[str, Tensor] = {}
+    encoder_from_hf(src, pre, cfg.n_layers, out)
     if f"{pre}pooler.dense.weight" in src:
         linear(src, "pooler", f"{pre}pooler.dense", out)
     else:  # BertForMaskedLM has no pooler; ours is then unused, left at zero (sized by the weights, not the
@@ -123,29 +161,11 @@ def convert(hf: dict[str, Any], tensors: dict[str, Tensor], name: str = "BERT") 
 def export(model: BERT) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(config, weights)`` of the Hugging Face BERT (``HF_CLASSES[head]``) computing what ``model`` computes."""
     cfg = model.cfg
-    config = {
-        "model_type": "bert", "architectures": [HF_CLASSES[cfg.head]], "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.type_vocab_size, "hidden_size": cfg.d_model,
-        "num_attention_heads": cfg.n_heads, "num_hidden_layers": cfg.n_layers, "intermediate_size": cfg.d_ff,
-        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
-        "classifier_dropout": None, "hidden_act": hf_activation(ACTIVATIONS, cfg.activation),
-        "layer_norm_eps": cfg.layer_norm_eps, "position_embedding_type": "absolute", "pad_token_id": cfg.pad_id,
-        **label_names(cfg.num_labels), "aiayn": {k: getattr(cfg, k) for k in SPECIALS},
-    }
+    config = hf_config(cfg, "bert", HF_CLASSES[cfg.head])
     src = our_weights(model, "our BERT")
     pre = "" if cfg.head == "none" else "bert."
-    out: dict[str, Tensor] = {
-        f"{pre}embeddings.word_embeddings.weight": src.take("embed.tokens.weight"),
-        f"{pre}embeddings.position_embeddings.weight": src.take("embed.positions.weight"),
-        f"{pre}embeddings.token_type_embeddings.weight": src.take("embed.segments.weight"),
-    }
-    copy(src, f"{pre}embeddings.LayerNorm", "embed.norm", out)
-    for i in range(cfg.n_layers):
-        mine, theirs = f"encoder.layers.{i}", f"{pre}encoder.layer.{i}"
-        split_attention(src, f"{mine}.self_attn", f"{theirs}.attention.self", out, names=("query", "key", "value"),
-                        out_proj=f"{theirs}.attention.output.dense")
-        for a, b in LAYER:
-            copy(src, f"{theirs}.{b}", f"{mine}.{a}", out)
+    out: dict[str, Tensor] = {}
+    encoder_to_hf(src, pre, cfg.n_layers, out)
     if cfg.head == "mlm":  # BertForMaskedLM has no pooler; ours is unused
         for key in ("pooler.weight", "pooler.bias"):
             src.take(key)

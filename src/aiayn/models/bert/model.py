@@ -70,6 +70,12 @@ class BertConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be a token id inside the vocabulary "
                                  f"[0, {self.vocab_size})")
 
+    @property
+    def max_tokens(self) -> int:
+        """The longest input, in tokens: one per position (a RoBERTa reads fewer, its positions starting above
+        ``pad_id``)."""
+        return self.max_len
+
 
 PRESETS = {
     "bert-base": BertConfig(),  # 109,482,240 parameters with the pooler
