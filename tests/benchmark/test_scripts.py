@@ -224,6 +224,7 @@ def test_lm_shakespeare_quick(tmp_path):
     assert json.loads(path.read_text())["updates"] > 0
 
 
+@pytest.mark.slow
 def test_translation_multi30k_quick(tmp_path):
     data = needs_data("multi30k")
     quick_flags_of("translation_multi30k", tmp_path)
@@ -233,6 +234,7 @@ def test_translation_multi30k_quick(tmp_path):
     assert json.loads(path.read_text())["updates"] > 0
 
 
+@pytest.mark.slow
 def test_int8_quality_quick(tmp_path):
     data = DATA / "multi30k"  # (b) translates with a toy run where Multi30k is, and is skipped where it is not
     run_script("int8_quality", "--quick", "--data-dir", data, "--out", tmp_path / "out", cwd=tmp_path)
@@ -246,6 +248,7 @@ def test_int8_quality_quick(tmp_path):
         assert 0 <= translation["greedy"]["identical_tokens"] <= 1 and "bleu" in translation["beam4"]["int8"]
 
 
+@pytest.mark.slow
 def test_decode_profile_quick(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("ctranslate2")
@@ -333,6 +336,7 @@ def test_llama_ablation_never_replaces_runs_of_another_budget(tmp_path):
     assert (tmp_path / "out" / "llama_ablation.json").read_text() == held
 
 
+@pytest.mark.slow
 def test_llama_ablation_processes_sharing_a_results_file_keep_each_others_runs(tmp_path):
     # two processes started together (one per seed) both find the results file empty; each must merge its runs
     # into what the other wrote meanwhile, not overwrite it with its own view

@@ -87,6 +87,23 @@ MULTI30K = DATA / "multi30k"
 
 
 @pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_a_multi30k_run_of_a_few_updates_writes_a_run_that_translates_line_by_line(tmp_path):
+    """The short version of the next test, for CI: the corpus read, a joint BPE learned, a few updates, the best
+    weights kept, and the translation filter answering one line per line."""
+    result = recipes.train("translation", data=["multi30k"], data_dir=str(MULTI30K), vocab_size=1000, steps=20,
+                           eval_every=10, max_tokens=512, warmup=5, out=str(tmp_path), progress=False,
+                           verbose=False, model={"d_model": 32, "d_ff": 64, "n_encoder_layers": 1,
+                                                 "n_decoder_layers": 1, "n_heads": 2})
+    assert len(result["validation"]) == 2 and result["validation"][1]["val_loss"] < result["validation"][0]["val_loss"]
+    run = result["run"]
+    assert (run / "best.safetensors").is_file() and (run / "history.csv").read_text().startswith("step,loss,nll")
+    out = subprocess.run([sys.executable, "-m", "aiayn", "translate", "--run", str(run)],
+                         input="Ein Hund.\nEin Mann.\n", capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
 def test_a_short_multi30k_run_lowers_validation_loss(tmp_path):
     result = recipes.train("translation", data=["multi30k"], data_dir=str(MULTI30K), vocab_size=2000, steps=600,
                            eval_every=200, max_tokens=1024, warmup=100, lr_factor=0.5, out=str(tmp_path),

@@ -26,7 +26,7 @@ VALUES = {
     "weight_decay": 0.3, "clip": 0.5, "eval_blocks": 9, "max_len": 48, "noise": "mask,delete", "noise_ratio": 0.2,
     "shift": 1, "image_size": 96, "max_objects": 2, "lr_backbone": 0.002, "eos_coef": 0.3,
     "init_from": "runs/pretrained", "freeze": 2, "body_lr": 0.1, "n_examples": 77, "val_fraction": 0.2,
-    "test_fraction": 0.15, "split_seed": 4, "model_type": "gpt", "log": "tensorboard",
+    "test_fraction": 0.15, "split_seed": 4, "model_type": "gpt", "log": "tensorboard", "nsp": False,
 }
 
 
@@ -37,8 +37,8 @@ def value(field: str, task: str):
 
 def flag(field: str, v) -> list[str]:
     name = "--" + field.replace("_", "-")
-    if v is True:
-        return [name]
+    if isinstance(v, bool):  # --flag / --no-flag
+        return [name if v else "--no-" + name[2:]]
     return [name, *v] if isinstance(v, list) else [name, str(v)]
 
 

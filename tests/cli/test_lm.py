@@ -28,6 +28,7 @@ def lm_run(tmp_path_factory):
                          verbose=False)
 
 
+@pytest.mark.slow
 def test_the_default_lm_job_learns(lm_run):
     run = lm_run["run"]
     # Baselines from the data (the lm recipe's lines for seed 0): knowing only how often each character occurs, the
@@ -55,8 +56,15 @@ def test_the_default_lm_job_learns(lm_run):
             "train_state.safetensors"} <= {p.name for p in run.iterdir()}
 
 
-def test_generate_streams_and_stops_at_a_stop_string(lm_run):
-    run = lm_run["run"]
+@pytest.fixture(scope="module")
+def short_lm_run(tmp_path_factory):
+    """A shorter run of the default LM job: long enough to write date lines, for what generation does with them."""
+    return recipes.train("lm", steps=150, eval_every=150, out=str(tmp_path_factory.mktemp("lm-short")),
+                         progress=False, verbose=False)
+
+
+def test_generate_streams_and_stops_at_a_stop_string(short_lm_run):
+    run = short_lm_run["run"]
     pieces = list(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))
     assert len(pieces) > 3 and "\n" not in "".join(pieces)
     same = "".join(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))

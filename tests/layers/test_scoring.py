@@ -263,6 +263,7 @@ def test_the_recipes_loss_trains_the_sampled_attentions_queries_only_through_rei
 
 # --- the experiment ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_attention_scoring_benchmark_quick(tmp_path):
     script = ROOT / "benchmarks" / "attention_scoring.py"
     if not script.is_file():

@@ -106,6 +106,7 @@ def test_token_count_batches_are_shared_out_whole(tmp_path):
     assert_same_weights(tmp_path / "one", tmp_path / "two")
 
 
+@pytest.mark.slow
 def test_fsdp_makes_the_same_updates_and_resumes_across_ways_of_splitting(corpus, single, tmp_path):
     # validation and the best checkpoint every 2 updates: under FSDP they take both ranks
     fsdp = [*lm_args(corpus, tmp_path, "fsdp", steps=4, accum=1), "--fsdp", "--eval-every", "2"]

@@ -252,7 +252,7 @@ def _saved_step(run):
         return 0
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # another moment: -m slow
 def test_a_run_killed_at_a_random_moment_resumes_to_the_weights_of_one_never_killed(tmp_path, seed):
     straight = _train(tmp_path / "a")  # trains beside the victim: one thread each, two cores
     victim = _train(tmp_path / "b")
