@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cs", type=float, nargs="+", default=[0.1, 0.3, 1.0], help="(c): C values tried")
     p.add_argument("--pretraining", choices=("bert", "roberta"), default="bert",
                    help="(b)'s masked LM: BERT's (with next-sentence prediction) or RoBERTa's (without, roberta-tiny)")
+    p.add_argument("--kinds", nargs="+", choices=("scratch", "pretrained"), default=["scratch", "pretrained"],
+                   help="which of (a) and (b) to run (the split is always the same, so (a) of an earlier run stands)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick-texts", type=int, default=None, help=argparse.SUPPRESS)
     args = parse_args(p, argv, QUICK, "reviews-sentiment")
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
                              out=str(work), name="mlm", progress=False, model=model, verbose=False, **roberta)
     print(f"masked LM on the {len(train[0]):,} training reviews: {args.pretrain_steps} updates, masked-token "
           f"accuracy {pretrain['mlm_accuracy']:.3f} ({pretrain['seconds'] / 60:.1f} min)")
-    kinds = {"scratch": {}, "pretrained": {"init_from": str(pretrain["run"])}}
+    kinds = {k: v for k, v in {"scratch": {}, "pretrained": {"init_from": str(pretrain["run"])}}.items()
+             if k in args.kinds}
     results: dict[str, Any] = {}
     for kind, extra in kinds.items():
         tried = []
@@ -144,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     write_results(args.out, name, {
         "args": vars(args), "data": report, "split": {"train": len(train[0]), "validation": len(val[0]),
                                                       "test": len(test[0])},
-        "scratch": results["scratch"], "pretrained": {**results["pretrained"], "pretrain": {
-            "steps": args.pretrain_steps, "mlm_accuracy": pretrain["mlm_accuracy"], "seconds": pretrain["seconds"]}},
+        **({"scratch": results["scratch"]} if "scratch" in results else {}),
+        "pretrained": {**results["pretrained"], "pretrain": {
+            "recipe": args.pretraining, "steps": args.pretrain_steps, "mlm_accuracy": pretrain["mlm_accuracy"],
+            "seconds": pretrain["seconds"]}},
         "ngram_logistic_regression": ngram, "minutes": round((time.perf_counter() - t0) / 60, 1),
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
                     "torch": torch.__version__},

@@ -92,6 +92,7 @@ def check_png(path: Path):
     assert h > 200 and w > 300
 
 
+@pytest.mark.slow
 def test_quick_run_of_the_ambiguous_part_and_merge(tmp_path):
     out = tmp_path / "out"
     text = run("--quick", "--parts", "ambiguous", "--out", out, cwd=tmp_path)

@@ -295,6 +295,7 @@ def test_llama_ablation_quick_matches_sizes_and_halves_the_cache_with_grouped_he
     assert (tmp_path / "out" / "llama_ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_llama_ablation_takes_up_a_run_it_finds_in_its_work_folder(tmp_path):
     # a run with a training state in --work goes on from it (recipes.resume, tested to give the weights of a run
     # never stopped) instead of starting again; here the state is the run's last, so the numbers are its own
