@@ -105,7 +105,7 @@ def test_viz_out_ending_in_png_is_the_file(tmp_path):
     assert (tmp_path / "pe.png").is_file()
 
 
-@pytest.mark.parametrize("task", ["copy", "lm"])
+@pytest.mark.parametrize("task", ["copy", pytest.param("lm", marks=pytest.mark.slow)])  # lm: -m slow
 def test_minutes_fit_the_updates_and_resume_keeps_them(task, tmp_path, one_thread):
     sizes = {"copy": {"n_train": 300, "n_test": 10, "max_tokens": 128},
              "lm": {"n_train": 200, "n_test": 5, "block": 16, "batch_size": 4}}[task]
