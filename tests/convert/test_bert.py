@@ -159,3 +159,16 @@ def test_mean_pooling_ignores_padding():
     torch.testing.assert_close(mean_pool(hidden, torch.tensor([[1, 1, 0]]), normalize=False),
                                torch.tensor([[2.0, 0.0]]))
     torch.testing.assert_close(mean_pool(hidden, torch.tensor([[1, 1, 0]])), torch.tensor([[1.0, 0.0]]))
+
+
+def test_a_bert_without_segments_builds_without_their_table_and_is_refused_by_name_on_export(tmp_path):
+    """type_vocab_size=0 (DistilBERT's) is no segment table; BertModel always has one, so export names the field."""
+    from aiayn.convert.to_hf import to_hf
+
+    model = aiayn.build("bert-tiny", type_vocab_size=0, head="none")
+    assert model.embed.segments is None
+    assert model(torch.tensor([[2, 7, 8, 3]])).shape == (1, 4, model.cfg.d_model)
+    with pytest.raises(ValueError, match="type_vocab_size=0"):
+        to_hf(model, tmp_path / "hf")
+    with pytest.raises(ValueError, match="type_vocab_size must be >= 0"):
+        aiayn.preset("bert-tiny", type_vocab_size=-1)

@@ -19,7 +19,8 @@ Models with a head keep the encoder under ``bert.``; ``BertModel`` has no prefix
 decoder weight and bias are left out, as ``save_pretrained`` leaves them out. ``BertForMaskedLM`` has no
 pooler, so an ``mlm`` model's pooler (which its head never uses) is not written and comes back zero. Our
 [CLS] [SEP] [MASK] ids, which a Hugging Face config does not hold, go under the config's ``"aiayn"`` key,
-which ``config`` reads back. Every config of ours is a BERT config, so nothing is refused.
+which ``config`` reads back. Every config of ours is a BERT config except one without segment embeddings
+(``type_vocab_size=0``), which is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ import torch
 from torch import Tensor
 
 from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, attention, copy, hf_activation, label_names, linear, our_weights, split_attention
+from aiayn.convert.keys import (
+    Source,
+    attention,
+    copy,
+    hf_activation,
+    label_names,
+    linear,
+    our_weights,
+    refuse,
+    split_attention,
+)
 from aiayn.models.bert.model import BERT, BertConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
@@ -119,6 +130,8 @@ def encoder_to_hf(src: Source, pre: str, n_layers: int, out: dict[str, Tensor]) 
 def hf_config(cfg: BertConfig, model_type: str, architecture: str) -> dict[str, Any]:
     """The Hugging Face config of a BERT-shaped ``cfg``: the fields BertConfig and RobertaConfig share, our
     [CLS] [SEP] [MASK] ids under ``"aiayn"``."""
+    if cfg.type_vocab_size == 0:
+        refuse("type_vocab_size", 0, f"{architecture} always has token-type embeddings (DistilBERT has none)")
     return {
         "model_type": model_type, "architectures": [architecture], "vocab_size": cfg.vocab_size,
         "max_position_embeddings": cfg.max_len, "type_vocab_size": cfg.type_vocab_size, "hidden_size": cfg.d_model,

@@ -59,8 +59,9 @@ class BertConfig:
     mask_id: int = 103
 
     def __post_init__(self) -> None:
-        check_positive(self, "vocab_size", "max_len", "type_vocab_size", "d_model", "n_heads", "n_layers", "d_ff",
-                       "num_labels")
+        check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "num_labels")
+        if self.type_vocab_size < 0:  # 0: no segment embeddings (DistilBERT)
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         check_divisible(self, "d_model", "n_heads")
         check_probability(self, "dropout", "attention_dropout")
         check_choice(self, "activation", tuple(ACTIVATIONS))

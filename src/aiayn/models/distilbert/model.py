@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.bert.model import BERT, BertConfig
-from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.config import check_probability
 
 HEADS = ("none", "mlm", "classification")
 
@@ -50,22 +49,14 @@ class DistilBertConfig(BertConfig):
     classifier_dropout: float = 0.2
 
     def __post_init__(self) -> None:
-        # BertConfig's checks, but for type_vocab_size (0 here, where BERT wants a positive number) and the heads
+        super().__post_init__()  # BertConfig's checks (type_vocab_size 0: no segment embeddings), then DistilBERT's
         if self.type_vocab_size != 0:
             raise ValueError(f"type_vocab_size={self.type_vocab_size}: DistilBERT has no token-type embeddings "
                              f"(Sanh et al., section 2); it must be 0")
         if self.head == "pretraining":
             raise ValueError(f"head='pretraining': DistilBERT has no next-sentence head (it is pre-trained on masked "
                              f"LM alone); expected one of {HEADS}")
-        check_positive(self, "vocab_size", "max_len", "d_model", "n_heads", "n_layers", "d_ff", "num_labels")
-        check_divisible(self, "d_model", "n_heads")
-        check_probability(self, "dropout", "attention_dropout", "classifier_dropout")
-        check_choice(self, "activation", tuple(ACTIVATIONS))
-        check_choice(self, "head", HEADS)
-        for name in ("pad_id", "cls_id", "sep_id", "mask_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"{name}={getattr(self, name)} must be a token id inside the vocabulary "
-                                 f"[0, {self.vocab_size})")
+        check_probability(self, "classifier_dropout")
 
 
 PRESETS = {
