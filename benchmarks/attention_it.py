@@ -32,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args, write_results
 from torch import Tensor
 
+from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.viz.attention import draw_from_token
 from aiayn.viz.common import pyplot, save
 from aiayn.viz.files import Reading, read_attention
 
+RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 SENTENCES = {"tired": ("The animal didn't cross the street because it was too tired.", "animal"),
              "wide": ("The animal didn't cross the street because it was too wide.", "street")}
 KIND = "encoder self-attention"
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--top", type=int, default=5, help="heads listed per ranking")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--heads-drawn", type=int, default=None, help="heads in the figure (default: all of the layer)")
-    args = parse_args(p, argv, {"heads_drawn": 1}, "attention_it")
+    args = script_args(p, argv, {"heads_drawn": 1}, "attention_it", results=RESULTS)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     folder = minilm_folder()

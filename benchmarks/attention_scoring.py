@@ -38,14 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args, write_results
 
 from aiayn import recipes
+from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.data import make_pairs
 from aiayn.evaluation import exact_match
 from aiayn.layers import SCORINGS, AdditiveScore, BilinearScore, DotScore, ScaledDotScore
-from aiayn.recipes.translation import Config, Translation, load_run, translate_texts
+from aiayn.pipelines.translation import load_run, translate_texts
+from aiayn.recipes.translation import Config, Translation
 
+RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 MODEL = {"d_model": 64, "n_heads": 4, "d_ff": 256}  # the tiny preset's 2 + 2 layers at half its width
 QUICK = {"steps": 4, "seeds": [0], "scorings": ["scaled_dot", "hard-sample"], "n_train": 300, "n_val": 16,
          "n_test": 16, "sizes": ["2,8,8"], "rounds": 1, "heads": 2, "d_head": 8, "speed_steps": 1}
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=7, help="scorer speed: interleaved rounds, the median kept")
     p.add_argument("--speed-steps", type=int, default=2, help="training speed: passes over 4 batches per round")
     p.add_argument("--threads", type=int, default=1)
-    args = parse_args(p, argv, QUICK, "attention-scoring")
+    args = script_args(p, argv, QUICK, "attention-scoring", results=RESULTS)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     print("scorer forward time over dot's:")

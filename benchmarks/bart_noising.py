@@ -49,16 +49,17 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from budget import parse_args, write_results
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.data import BPETokenizer, collate, load_tokenizer
 from aiayn.data.noising import NOISES
 from aiayn.recipes.denoise import noised_pairs, reconstruction, split_sentences
 from aiayn.training import label_smoothed_loss
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 LINES_PER_DOC = 2
 GREEDY_DOCS = 300  # test documents decoded greedily (the losses use every test document)
 EVAL_SEED = 12345  # the held-out noise draws: one stream per evaluation noise, shared by every model
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cs", type=float, nargs="+", default=[0.01, 0.1, 1.0, 10.0], help="probe C tried on validation")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick-docs", type=int, default=None, help=argparse.SUPPRESS)
-    args = parse_args(p, argv, QUICK, "bart-noising")
+    args = script_args(p, argv, QUICK, "bart-noising", results=RESULTS)
     torch.set_num_threads(args.threads)
     t0, cpu0 = time.perf_counter(), time.process_time()
 

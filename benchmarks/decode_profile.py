@@ -54,16 +54,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args, write_results
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.benchmark import cases
 from aiayn.benchmark.harness import CPU, Case, Side, Unavailable
+from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.layers import fast
 from aiayn.layers.int8 import Int8Linear
 from aiayn.layers.kv_cache import KVCache, LayerCache
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"  # a full run writes here unless --out says
 CASES = ("gpt2-generate-ct2", "gpt2-generate-ct2-int8", "decode-greedy-ct2", "decode-greedy-ct2-int8",
          "decode-beam-ct2", "decode-beam-ct2-int8")
 ROUNDS = 3  # timed calls per side; the best counts
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {','.join(CASES)}")
     p.add_argument("--docs", help="the page written (default docs/decode_profile.md; --quick: decode_profile.md "
                                   "in --out)")
-    args = parse_args(p, argv, {}, "decode-profile")
+    args = script_args(p, argv, {}, "decode-profile", results=RESULTS)
     docs = Path(args.docs or (Path(args.out) / "decode_profile.md" if args.quick else ROOT / "docs" /
                               "decode_profile.md"))
     torch.set_num_threads(args.threads)  # before the cases build CTranslate2's models: they take this count

@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args, write_results
-from reviews_sentiment import reviews
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.scripts import reviews, script_args, write_results
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 QUICK = {"steps": 6, "pretrain_steps": 4, "lrs": [1e-3], "seeds": [0], "quick_texts": 200, "eval_every": 3}
 QUICK_MODEL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64}
 MODEL = {"d_model": 64, "n_heads": 2, "n_layers": 2, "d_ff": 256, "dropout": 0.1, "attention_dropout": 0.1}
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-every", type=int, default=100, help="validate every N updates, keeping the best")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick-texts", type=int, default=None, help=argparse.SUPPRESS)
-    args = parse_args(p, argv, QUICK, "gpt-vs-bert-textclass")
+    args = script_args(p, argv, QUICK, "gpt-vs-bert-textclass", results=RESULTS)
     torch.set_num_threads(args.threads)
     t0, cpu0 = time.perf_counter(), time.process_time()
     work = Path(tempfile.mkdtemp(prefix="gpt-vs-bert-"))

@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 
 import aiayn
-from aiayn.benchmark.cases import TorchTransformer, gpt2_hf
 from aiayn.benchmark.harness import SCHEMA, count_flops, machine, write_result
+from aiayn.benchmark.peers.hf import gpt2_hf
+from aiayn.benchmark.peers.torch_transformer import TorchTransformer
 from aiayn.decoding import sample
 from aiayn.training.loop import vendor_peak
 from aiayn.training.losses import label_smoothed_loss

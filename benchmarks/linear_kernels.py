@@ -16,15 +16,16 @@ time over each other's.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from budget import parse_args, write_results
-from int8_kernels import median_times
 
 from aiayn.benchmark.harness import machine
+from aiayn.benchmark.scripts import median_times, script_args, write_results
 from aiayn.layers import fast
 
+RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 MATRICES = [(384, 128), (128, 512), (768, 768), (1280, 768), (2048, 768), (768, 2048), (32000, 768)]  # (out, in)
 ROWS = [1, 4, 16, 64, 256, 1024]
 MOST = 1024 * 2048 * 768  # multiply-adds: larger products are left out (seconds each, and nothing new)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=7, help="rounds per product, alternating (default 7)")
-    args = parse_args(p, argv, {}, "linear-kernels")
+    args = script_args(p, argv, {}, "linear-kernels", results=RESULTS)
     torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else [(n, o, k) for o, k in MATRICES for n in ROWS if n * o * k <= MOST]
     rows = []

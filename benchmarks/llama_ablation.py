@@ -60,15 +60,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from budget import RESULTS, parse_args
 from filelock import FileLock
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.scripts import script_args
 from aiayn.io import write_json, write_text
 from aiayn.recipes.lm import perplexity
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 PRESET = recipes.PRESETS["shakespeare-char"][1]
 BASE = PRESET["model"]  # d_model 128, 4 layers, 4 heads, d_ff 512, exact GELU
 SWITCHES: dict[str, dict[str, Any]] = {
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--work", default=None, help="the runs' folders (default <temp>/aiayn-llama-ablation-<updates>; "
                                                 "--quick: a new one): a run stopped part-way resumes there")
     p.add_argument("--quick-chars", type=int, default=None, help=argparse.SUPPRESS)
-    args = parse_args(p, argv, QUICK, "llama-ablation")
+    args = script_args(p, argv, QUICK, "llama-ablation", results=RESULTS)
     torch.set_num_threads(args.threads)
 
     out = Path(args.out)

@@ -33,13 +33,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from budget import parse_args
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.scripts import script_args
 from aiayn.recipes.lm import perplexity
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 PRESET = recipes.PRESETS["shakespeare-char"][1]
 # --quick: a toy model on the first 20,000 characters, 30 updates
 QUICK = {"updates": 30, "quick_chars": 20_000}
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="lm_shakespeare")
     p.add_argument("--quick-chars", type=int, default=None, help=argparse.SUPPRESS)
-    args = parse_args(p, argv, QUICK, "lm-shakespeare")
+    args = script_args(p, argv, QUICK, "lm-shakespeare", results=RESULTS)
     torch.set_num_threads(args.threads)
 
     text = Path(args.data).read_text(encoding="utf-8")[: args.quick_chars]

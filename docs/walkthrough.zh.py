@@ -32,7 +32,7 @@ from aiayn import recipes
 from aiayn.data import seq2seq_batch
 from aiayn.decoding import greedy
 from aiayn.layers import causal_mask, padding_mask, record_attention, sinusoidal_encoding
-from aiayn.recipes.translation import load_run
+from aiayn.pipelines.translation import load_run
 
 torch.manual_seed(0)
 torch.set_printoptions(precision=3, sci_mode=False)
@@ -124,7 +124,7 @@ check("attention weights", weights, rec["encoder.layers.0.self_attn"][0])
 # %%
 h = layer.norm1(x + out)
 ffn = F.relu(h @ layer.ff.fc1.weight.T + layer.ff.fc1.bias) @ layer.ff.fc2.weight.T + layer.ff.fc2.bias
-check("one encoder layer", layer.norm2(h + ffn), layer(x, mask))
+check("one encoder layer", layer.norm2(h + ffn), layer(x, mask=mask))
 
 # %% [markdown]
 # ## 6. 掩码 (第 3.2.3 节)

@@ -28,15 +28,15 @@ _LAZY = {
     "count_parameters": "aiayn.analysis",
     "save": "aiayn.training.checkpoint",
     "load": "aiayn.training.checkpoint",
-    "pipeline": "aiayn.inference",
-    "Pipeline": "aiayn.inference",
-    "tokenizer": "aiayn.inference",
+    "pipeline": "aiayn.pipelines",
+    "Pipeline": "aiayn.pipelines",
+    "tokenizer": "aiayn.pipelines",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from aiayn.analysis import count_parameters
-    from aiayn.inference import Pipeline, pipeline, tokenizer
     from aiayn.models import build, preset, presets
+    from aiayn.pipelines import Pipeline, pipeline, tokenizer
     from aiayn.training.checkpoint import load, save
 
 
@@ -76,8 +76,8 @@ def to_hf(model_or_run: Any, folder: Any) -> Any:
 
 
 def embed(folder_or_run: Any, texts: list[str]) -> Any:
-    """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run; see :func:`aiayn.recipes.mlm.embed`."""
-    from aiayn.recipes.mlm import embed as run
+    """``(N, C)`` L2-normalised sentence embeddings from a BERT folder or run (:func:`aiayn.pipelines.embed.embed`)."""
+    from aiayn.pipelines.embed import embed as run
 
     return run(folder_or_run, texts)
 

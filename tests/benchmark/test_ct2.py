@@ -8,9 +8,13 @@ import sys
 import pytest
 import torch
 
-from aiayn.benchmark import ct2, run_bench
-from aiayn.benchmark.cases import CASES, agreeing_prefix, agreement, marian, small_transformer
+from aiayn.benchmark import run_bench
+from aiayn.benchmark.cases import CASES
+from aiayn.benchmark.cases.common import small_transformer
+from aiayn.benchmark.cases.ct2 import agreeing_prefix, agreement
 from aiayn.benchmark.harness import Settings, Unavailable, machine, measure, write_result
+from aiayn.benchmark.peers import ct2
+from aiayn.benchmark.peers.hf import marian
 from aiayn.benchmark.report import page
 
 pytest.importorskip("transformers")

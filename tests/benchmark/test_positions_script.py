@@ -24,13 +24,9 @@ pytestmark = pytest.mark.skipif(not SCRIPT.is_file(), reason="benchmarks/positio
 
 
 def load_script():
-    sys.path.insert(0, str(SCRIPT.parent))  # the script imports benchmarks/budget.py
-    try:
-        spec = importlib.util.spec_from_file_location("positions_script", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("positions_script", SCRIPT)  # it imports only the package
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 

@@ -1,13 +1,16 @@
 """Every script in ``benchmarks/`` runs: a ``--quick`` run of toy size in seconds, in a subprocess as a user runs
-it, writing into a temporary folder (never over the committed ``benchmarks/results``); and ``budget.train_for``,
-which the time-budget scripts share, against a fake clock: it stops at the budget, its learning rate warms up
-and then decays to the floor by the last update, and ``on_chunk`` sees every chunk. No time is asserted.
+it, writing into a temporary folder (never over the committed ``benchmarks/results``); the scripts import the
+package, not each other; and the time budget they share with the recipes (:mod:`aiayn.training.budget`) against a
+fake clock: the updates timed inside the warm-up fix a total that fills the budget, the rate then decays to the
+floor by the last update, and a run repeated by its number of updates is the same run. No time is asserted.
 
 Scripts that read ``../shared/data`` skip where it is missing; those comparing with Hugging Face skip without
 ``transformers``; ``gpu.py`` only parses its flags without CUDA.
 """
 
+import argparse
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -20,6 +23,8 @@ import torch
 from torch import nn
 
 import aiayn.training.loop
+from aiayn.benchmark.scripts import script_args
+from aiayn.training.budget import timing_updates, updates_in
 from shared import DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,10 +59,11 @@ def quick_flags_of(name, tmp_path):
             pytest.skip(f"benchmarks/{name}.py has no {flag} flag yet")
 
 
-# --- budget.train_for --------------------------------------------------------------------------------------
+# --- the time budget, the recipes' --minutes: aiayn.training.budget, as the scripts use it ----------------------
 
-def load_budget():
-    spec = importlib.util.spec_from_file_location("budget", SCRIPTS / "budget.py")
+def load_script(name):
+    """``benchmarks/<name>.py`` as a module (it imports the package, nothing beside it)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -77,14 +83,14 @@ class FakeTime:
 
 
 def tiny_training(fake):
-    """A linear model, endless random batches, SGD at a peak rate of 1, and a loss that advances the clock."""
+    """A linear model, endless random batches, and a loss that advances the clock by ``DT`` an update."""
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
 
     def batches():
+        generator = torch.Generator().manual_seed(0)
         while True:
-            yield torch.randn(8, 4), torch.randint(0, 2, (8,))
+            yield torch.randn(8, 4, generator=generator), torch.randint(0, 2, (8,), generator=generator)
 
     def loss_fn(model, batch):
         fake.now += FakeTime.DT
@@ -92,65 +98,79 @@ def tiny_training(fake):
         loss = nn.functional.cross_entropy(model(x), y, reduction="sum")
         return loss, loss.detach(), len(y)
 
-    return model, batches(), optimizer, loss_fn
+    return model, batches(), loss_fn
 
 
-@pytest.mark.parametrize("shape", ["cosine", "linear"])
-def test_train_for_stops_at_the_budget_with_the_rate_warmed_up_then_decayed_to_the_floor(monkeypatch, shape):
-    budget = load_budget()
+def test_updates_in_fills_the_budget_at_the_speed_after_the_first_update():
+    # the first update took 1 s (kernels warming up), the next three 0.125 s each: 6 s hold 1 + 40 x 0.125 s
+    history = [{"seconds": s} for s in (1.0, 1.125, 1.25, 1.375)]
+    total, per_update = updates_in(0.1, history)
+    assert per_update == 0.125 and total == 41 and 1.0 + (total - 1) * per_update == 6.0
+    assert updates_in(0.1, history[:1]) == (6, 1.0)  # one timed update: its own time, warm-up and all
+    assert updates_in(0.01, history)[0] == 5  # the timing spent the budget: one update more (it validates)
+    total, _ = updates_in(0.1, [{"seconds": 0.0}] * 3)  # faster than the clock's millisecond: no division by 0
+    assert total > 1000
+    with pytest.raises(ValueError, match="at least one timed update"):
+        updates_in(1.0, [])
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        updates_in(0.0, history)
+
+
+def test_the_timed_updates_stay_inside_the_warmup():
+    # the rate of the warm-up does not depend on the total, so the schedule is the same before and after it is known
+    assert [timing_updates(w) for w in (0, 1, 5, 20, 100)] == [1, 1, 5, 20, 20]
+    assert timing_updates(100, most=3) == 3
+
+
+def test_vision_mnist_fills_its_budget_and_its_updates_repeat_the_run(monkeypatch):
+    script = load_script("vision_mnist")
     fake = FakeTime()
     monkeypatch.setattr(aiayn.training.loop, "time", fake)
-    model, batches, optimizer, loss_fn = tiny_training(fake)
-    chunks = []
-    minutes, warmup, floor, chunk = 0.1, 4, 0.1, 5  # 6 s of updates at 0.125 s each: 48 updates
-
-    history = budget.train_for(model, batches, optimizer, loss_fn, minutes, warmup, shape=shape, floor=floor,
-                               chunk=chunk, on_chunk=lambda step, h, total: chunks.append((step, len(h), total)))
+    args = argparse.Namespace(updates=None, minutes=0.1, warmup=4, lr=1.0, weight_decay=0.0)  # 6 s of 0.125 s
+    said = []
+    model, batches, loss_fn = tiny_training(fake)
+    history = script.train_in_budget(model, batches, loss_fn, args, lambda step, h, total: said.append((step, total)))
     lr = [r["lr"] for r in history]
-    assert len(history) == round(minutes * 60 / FakeTime.DT) == 48  # stopped when the budget was spent
-    assert lr[:warmup] == pytest.approx([(i + 1) / warmup for i in range(warmup)])  # linear warm-up to the peak
-    assert all(a >= b for a, b in zip(lr[warmup:], lr[warmup + 1:]))  # then only down
-    assert lr[warmup] > 0.9 and lr[-1] < floor + 0.05  # from near the peak to near the floor at the last update
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(floor)  # where the schedule ends: the floor
-    if shape == "cosine":  # half way through the decay, half way between peak and floor
-        middle = lr[warmup + (len(lr) - warmup) // 2]
-        assert middle == pytest.approx((1 + floor) / 2, abs=0.05)
-    # on_chunk after every chunk with the history so far and the plan; the last plan is what was run
-    assert [c[0] for c in chunks] == list(range(chunk, len(history) + 1, chunk)) + (
-        [len(history)] if len(history) % chunk else [])
-    assert all(step == n for step, n, _ in chunks) and chunks[-1][2] == len(history)
-    assert all(math.isfinite(r["loss"]) for r in history)
+    assert len(history) == 48 and history[-1]["seconds"] == 6.0  # 4 timed, then the 44 that fill the budget
+    assert lr[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])  # the timed updates warm up, whatever the total
+    assert all(a >= b for a, b in itertools.pairwise(lr[3:]))  # then only down, from the peak
+    assert lr[-1] == pytest.approx(0.1, abs=0.005)  # to the floor (0.1) at the last update
+    assert said == [(6 * k, 48) for k in range(1, 9)]  # the curve at every eighth of the run
+    weights = model.weight.detach().clone()
+
+    # the run the budget chose, repeated by its number of updates: the same schedule, the same weights
+    model, batches, loss_fn = tiny_training(fake)
+    again = script.train_in_budget(model, batches, loss_fn, argparse.Namespace(**{**vars(args), "updates": 48}),
+                                   lambda *a: None)
+    assert [r["lr"] for r in again] == lr and torch.equal(model.weight, weights)
 
 
-def test_train_for_a_number_of_updates_runs_the_same_schedule_to_the_floor(monkeypatch):
-    budget = load_budget()
-    fake = FakeTime()
-    monkeypatch.setattr(aiayn.training.loop, "time", fake)
-    model, batches, optimizer, loss_fn = tiny_training(fake)
-    history = budget.train_for(model, batches, optimizer, loss_fn, None, 3, floor=0.2, chunk=4, updates=11)
-    assert len(history) == 11 and [r["lr"] for r in history[:3]] == pytest.approx([1 / 3, 2 / 3, 1])
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.2)
-    with pytest.raises(ValueError, match="minutes or updates"):
-        budget.train_for(model, batches, optimizer, loss_fn, 1.0, 3, updates=11)
-
-
-def test_quick_takes_toy_defaults_under_given_flags_and_never_writes_into_the_results():
-    import argparse
-
-    budget = load_budget()
+def test_quick_takes_toy_defaults_under_given_flags_and_never_writes_into_the_results(tmp_path):
+    results = tmp_path / "results"
 
     def parse(*argv):
         p = argparse.ArgumentParser()
         p.add_argument("--updates", type=int, default=1000)
         p.add_argument("--lr", type=float, default=1e-3)
-        return budget.parse_args(p, list(argv), {"updates": 3, "lr": 9.0}, "toy")
+        return script_args(p, list(argv), {"updates": 3, "lr": 9.0}, "toy", results=results)
 
     full = parse()
-    assert (full.updates, full.quick, Path(full.out)) == (1000, False, SCRIPTS / "results")
+    assert (full.updates, full.quick, full.out) == (1000, False, str(results))  # the folder the script named
     quick = parse("--quick", "--lr", "0.5")
     assert (quick.updates, quick.lr) == (3, 0.5)  # the toy size, and the flag given wins
-    assert Path(quick.out).is_dir() and Path(quick.out).resolve() != (SCRIPTS / "results").resolve()
+    assert Path(quick.out).is_dir() and Path(quick.out).resolve() != results.resolve()
     assert parse("--quick", "--out", "there").out == "there"
+
+
+def test_the_scripts_import_the_package_not_each_other():
+    # run as `python benchmarks/x.py`, a script could import its neighbours through sys.path; none does
+    neighbours = {p.stem for p in SCRIPTS.glob("*.py")}
+    for path in SCRIPTS.glob("*.py"):
+        text = path.read_text()
+        imported = {line.split()[1].split(".")[0] for line in text.splitlines()
+                    if line.startswith(("import ", "from "))}
+        assert not imported & neighbours, (path.name, imported & neighbours)
+        assert "sys.path.insert" not in text and "sys.path.append" not in text, path.name
 
 
 # --- the scripts, --quick ----------------------------------------------------------------------------------
@@ -312,13 +332,7 @@ def test_the_readme_ablation_table_is_the_full_budget_results_file():
     # the README's table is table() of the committed results, so a figure cannot drift from its file
     path = SCRIPTS / "results" / "llama_ablation_11427" / "llama_ablation.json"
     results = json.loads(path.read_text())
-    sys.path.insert(0, str(SCRIPTS))  # the script imports benchmarks/budget.py
-    try:
-        spec = importlib.util.spec_from_file_location("llama_ablation_script", SCRIPTS / "llama_ablation.py")
-        script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(script)
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    script = load_script("llama_ablation")
     assert results["updates"] == 11427 and all(sorted(v["runs"]) == ["0", "1"] for v in results["variants"].values())
     assert script.table(results) in (ROOT / "README.md").read_text()
 

@@ -11,7 +11,7 @@ from aiayn import recipes
 from aiayn.cli import main
 from aiayn.data import make_pairs, multi30k
 from aiayn.evaluation import corpus_scores, exact_match
-from aiayn.recipes.translation import translate
+from aiayn.pipelines.translation import translate
 from shared import DATA
 
 

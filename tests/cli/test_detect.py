@@ -11,7 +11,8 @@ import torch
 import aiayn
 from aiayn import recipes
 from aiayn.data.detection import collate, draw_shapes, read_voc, read_voc_annotation, synthetic_shapes
-from aiayn.recipes.detect import detect, evaluate_detr
+from aiayn.pipelines.detect import detect
+from aiayn.recipes.detect import evaluate_detr
 from shared import DATA
 
 BCCD = DATA / "bccd"

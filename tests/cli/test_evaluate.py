@@ -16,8 +16,8 @@ from aiayn import recipes
 from aiayn.cli import main
 from aiayn.data import date_lines, load_tokenizer, make_pairs
 from aiayn.data.images import normalise, synthetic_digits
+from aiayn.pipelines.translation import translate
 from aiayn.recipes.evaluate import evaluate
-from aiayn.recipes.translation import translate
 from shared import DATA
 
 TINY = {"progress": False, "verbose": False, "steps": 3, "warmup": 1, "eval_every": 0}

@@ -34,7 +34,7 @@ def test_an_lm_run_exports_to_gpt2_and_comes_back_equal(runs, tmp_path, capsys):
 
 def test_a_text_classifier_exports_with_its_class_names_and_tokenizer(tmp_path):
     from aiayn import recipes
-    from aiayn.recipes.textclass import classify_texts, load_classifier
+    from aiayn.pipelines.textclass import classify_texts, load_classifier
 
     run = recipes.train("textclass", n_examples=300, steps=3, warmup=1, eval_every=0, model={"d_model": 32},
                         out=str(tmp_path), progress=False, verbose=False)["run"]

@@ -9,10 +9,11 @@ import pytest
 from aiayn import recipes
 from aiayn.cli import main
 from aiayn.data.labelled import clean, read_labelled, split
+from aiayn.pipelines.lm import load_lm_run
+from aiayn.pipelines.textclass import load_classifier
+from aiayn.pipelines.translation import load_run
 from aiayn.recipes.evaluate import evaluate
-from aiayn.recipes.lm import load_lm_run
-from aiayn.recipes.textclass import date_halves, load_classifier
-from aiayn.recipes.translation import load_run
+from aiayn.recipes.textclass import date_halves
 
 
 def test_evaluate_scores_the_test_split_of_the_runs_own_data_and_says_so(tmp_path, one_thread, capsys):

@@ -7,8 +7,8 @@ import torch
 import aiayn
 from aiayn import recipes
 from aiayn.data.images import random_shift, read_csv_images, read_idx, read_images, synthetic_digits
+from aiayn.pipelines.image import classify
 from aiayn.recipes import image
-from aiayn.recipes.image import classify
 from aiayn.training.session import read_args
 
 

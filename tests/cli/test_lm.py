@@ -12,7 +12,7 @@ import aiayn
 import aiayn.recipes.lm
 from aiayn import recipes
 from aiayn.data import BPETokenizer, date_lines, load_tokenizer
-from aiayn.recipes.lm import generate, load_lm_run
+from aiayn.pipelines.lm import generate, load_lm_run
 from shared import DATA
 
 
@@ -81,7 +81,7 @@ def test_a_stop_string_of_several_characters_is_never_shown_in_part(stop, shown,
     # next ones tell: cut if it is one, shown if not (and at the end)
     from types import SimpleNamespace
 
-    from aiayn.recipes import lm
+    from aiayn.pipelines import lm
 
     chars = " 190-02-02"
     tok = SimpleNamespace(eos_id=None, encode=lambda text: [0], decode=lambda ids: "".join(chars[i] for i in ids))

@@ -12,7 +12,7 @@ import aiayn
 import aiayn.layers.int8
 from aiayn.cli import main
 from aiayn.layers.int8 import Int8Linear, is_quantized
-from aiayn.recipes import detect, image, lm, mlm, translation
+from aiayn.pipelines import detect, embed, image, lm, translation
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,7 +83,7 @@ def test_embed_equals_the_command(runs, capsys, int8, quantized):
     p = aiayn.pipeline(run, quantize=q)
     assert p.task == "embed" and int8_model(p.model, int8)
     vectors = p.embed(texts)
-    torch.testing.assert_close(vectors, mlm.embed(run, texts, quantize=q), rtol=0, atol=0)
+    torch.testing.assert_close(vectors, embed.embed(run, texts, quantize=q), rtol=0, atol=0)
     out = printed(capsys, "embed", "--model", run, *(["--int8"] if int8 else []), *texts)
     assert [json.loads(line) for line in out.splitlines()] == [[round(v, 6) for v in row] for row in vectors.tolist()]
     assert quantized == (["BERT"] * 3 if int8 else [])

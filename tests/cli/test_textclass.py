@@ -12,8 +12,9 @@ from aiayn.cli import main
 from aiayn.data import BPETokenizer, load_tokenizer
 from aiayn.data.labelled import clean, read_labelled, split
 from aiayn.models.gpt import GPT
+from aiayn.pipelines.textclass import classify_texts, load_classifier
 from aiayn.recipes.evaluate import evaluate
-from aiayn.recipes.textclass import classify_texts, date_halves, load_classifier
+from aiayn.recipes.textclass import date_halves
 
 QUIET = {"progress": False, "verbose": False}
 

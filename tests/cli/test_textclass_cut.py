@@ -8,7 +8,8 @@ import torch
 import aiayn
 from aiayn.data import CharTokenizer
 from aiayn.data.wordpiece import WordPieceTokenizer
-from aiayn.recipes.textclass import classify_texts, date_halves, encode
+from aiayn.pipelines.textclass import classify_texts, encode
+from aiayn.recipes.textclass import date_halves
 
 LONG = "the twenty-third of september in the year two thousand and eleven, a friday"
 

@@ -17,7 +17,7 @@ from aiayn.convert.folder import convert
 from aiayn.data import load_tokenizer, seq2seq_batch
 from aiayn.data.sentencepiece import SentencePieceTokenizer, is_sentencepiece, marian_tokenizers
 from aiayn.decoding import beam_search, greedy
-from aiayn.recipes.translation import load_run
+from aiayn.pipelines.translation import load_run
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")

@@ -195,7 +195,7 @@ def test_a_converted_swin_classifies_image_files_as_hugging_face_with_its_own_no
     from PIL import Image
 
     from aiayn.convert.folder import convert
-    from aiayn.recipes.image import classify
+    from aiayn.pipelines.image import classify
 
     torch.manual_seed(0)
     hf = randomized(transformers.SwinForImageClassification(swin_config()))

@@ -61,8 +61,8 @@ def test_blocks_pass_positions_to_every_attention():
         torch.testing.assert_close(enc(x, pos=pos), enc.norm2(h + enc.ff(h)))
         h = dec.norm1(x + dec.self_attn(x, pos=pos)[0])
         h = dec.norm2(h + dec.cross_attn(h, memory, pos=pos, memory_pos=memory_pos)[0])
-        torch.testing.assert_close(dec(x, memory, pos=pos, memory_pos=memory_pos), dec.norm3(h + dec.ff(h)))
-        assert not torch.allclose(dec(x, memory, pos=pos, memory_pos=memory_pos), dec(x, memory, pos=pos))
+        torch.testing.assert_close(dec(x, memory=memory, pos=pos, memory_pos=memory_pos), dec.norm3(h + dec.ff(h)))
+        assert not torch.allclose(dec(x, memory=memory, pos=pos, memory_pos=memory_pos), dec(x, memory=memory, pos=pos))
 
 
 def test_layer_outputs_are_each_layer_through_the_final_norm_and_the_last_is_forward():
@@ -70,10 +70,10 @@ def test_layer_outputs_are_each_layer_through_the_final_norm_and_the_last_is_for
     stack = Stack([DecoderBlock(16, 4, 32, dropout=0.0) for _ in range(3)], 16, final_norm=True).eval()
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     with torch.no_grad():
-        outs = stack.layer_outputs(x, memory)
+        outs = stack.layer_outputs(x, memory=memory)
         h = x
         for layer, out in zip(stack.layers, outs):
-            h = layer(h, memory)  # the next layer sees the un-normalised state
+            h = layer(h, memory=memory)  # the next layer sees the un-normalised state
             torch.testing.assert_close(out, stack.norm(h))
-        torch.testing.assert_close(outs[-1], stack(x, memory))
+        torch.testing.assert_close(outs[-1], stack(x, memory=memory))
     assert len(outs) == 3

@@ -210,15 +210,15 @@ def test_one_layer_is_held_once_and_applied_n_times(tmp_path):
         x = model.embed(ids, segment_ids=types)  # (B, T, H), projected from E
         by_hand = []
         for _ in range(4):
-            x = model.encoder.layers[0](x, key_mask)
+            x = model.encoder.layers[0](x, mask=key_mask)
             by_hand.append(x)
-        outputs = model.encoder.layer_outputs(model.embed(ids, segment_ids=types), key_mask)
+        outputs = model.encoder.layer_outputs(model.embed(ids, segment_ids=types), mask=key_mask)
         torch.testing.assert_close(model(ids, types, mask), by_hand[-1], rtol=0, atol=0)
         for got, want in zip(outputs, by_hand, strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
         fc2 = model.encoder.layers[0].ff.fc2.bias
         fc2.add_(torch.randn_like(fc2))  # one change to the shared weights (not a constant: LayerNorm removes it) ...
-        changed = model.encoder.layer_outputs(model.embed(ids, segment_ids=types), key_mask)
+        changed = model.encoder.layer_outputs(model.embed(ids, segment_ids=types), mask=key_mask)
     assert all(not torch.allclose(a, b) for a, b in zip(outputs, changed, strict=True))  # ... moves every layer
     aiayn.save(model, tmp_path / "m.safetensors")  # saved with the layer once, loaded back the same
     assert sorted(load_file(tmp_path / "m.safetensors")) == sorted(k for k in state if k != "mlm.tokens.weight")

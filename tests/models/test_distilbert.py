@@ -16,7 +16,8 @@ from aiayn.convert.to_hf import to_hf
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, BertConfig, mean_pool
 from aiayn.models.distilbert import DistilBERT, DistilBertConfig
-from aiayn.recipes.textclass import date_halves, encode, load_classifier
+from aiayn.pipelines.textclass import encode, load_classifier
+from aiayn.recipes.textclass import date_halves
 
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.parity, pytest.mark.usefixtures("one_thread")]  # one_thread: see conftest.py

@@ -61,3 +61,23 @@ def test_too_long_inputs_and_bad_masks_are_refused_with_names():
         model(torch.zeros(2, 5, dtype=torch.long), attention_mask=torch.ones(2, 4))
     with pytest.raises(ValueError, match="exceed the model's 256 learned positions"):
         sample(model, [[1, 2]], max_new_tokens=300)
+
+
+def test_positions_and_mask_count_real_tokens_and_build_one_mask_for_every_layer():
+    model = tiny()
+    ids = torch.randint(0, 50, (2, 4))
+    position_ids, mask, is_causal, start = model.positions_and_mask(ids)
+    assert (position_ids, mask, is_causal, start) == (None, None, True, 0)  # SDPA's causal kernel, no mask built
+    real = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])  # the first row padded on the left
+    position_ids, mask, is_causal, start = model.positions_and_mask(ids, real)
+    assert position_ids.tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]] and not is_causal and start == 0
+    # (B, 1, T, S): causal, and padding never attended to
+    assert mask.shape == (2, 1, 4, 4) and mask[1, 0].equal(torch.ones(4, 4, dtype=torch.bool).tril())
+    assert mask[0, 0].tolist() == [[False] * 4, [False] * 4, [False, False, True, False], [False, False, True, True]]
+    cache = model.new_cache(8)
+    with torch.no_grad():
+        model(ids, attention_mask=real, cache=cache)
+    one = torch.cat([real, torch.ones(2, 1, dtype=real.dtype)], dim=1)  # one new token after the cached four
+    position_ids, mask, is_causal, start = model.positions_and_mask(ids[:, :1], one, cache)
+    assert position_ids.tolist() == [[2], [4]] and start == 4 and not is_causal
+    assert mask.equal(one.bool()[:, None, None, :])  # one new token: the key-only padding mask (B, 1, 1, S)

@@ -15,7 +15,8 @@ from aiayn.convert.to_hf import to_hf
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT, BertConfig
 from aiayn.models.roberta import RoBERTa, RobertaConfig
-from aiayn.recipes.textclass import date_halves, load_classifier
+from aiayn.pipelines.textclass import load_classifier
+from aiayn.recipes.textclass import date_halves
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py

@@ -12,7 +12,7 @@ import torch
 
 import aiayn
 from aiayn.io import atomic_write, write_text
-from aiayn.recipes.loading import check_tokenizer
+from aiayn.pipelines.loading import check_tokenizer
 from aiayn.training.session import check_name, lock, read_args, unlock
 
 
@@ -145,7 +145,7 @@ def test_pictures_pillow_cannot_read_and_nan_pixels_are_refused_by_name(tmp_path
     import numpy as np
     from PIL import Image
 
-    from aiayn.recipes.image import read_image_file
+    from aiayn.pipelines.image import read_image_file
 
     Image.new("RGB", (8, 8), "red").save(tmp_path / "ok.png")
     assert read_image_file(tmp_path / "ok.png").shape == (3, 8, 8)

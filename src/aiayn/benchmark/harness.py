@@ -237,6 +237,16 @@ def meets(target: dict[str, Any] | None, ratio_q1: float, mfu_q1: float, check_o
     return bool(ratio_q1 >= target["ratio"] and mfu_ok and check_ok)
 
 
+def verdict(met: bool | None, rounds: int) -> str | None:
+    """What a result says of its target: ``"met"``, ``"missed"``, ``"too few rounds to judge"`` (fewer than
+    :data:`MIN_ROUNDS`: a lower quartile of so few rounds says little either way), or ``None`` without a target."""
+    if met is None:
+        return None
+    if rounds < MIN_ROUNDS:
+        return "too few rounds to judge"
+    return "met" if met else "missed"
+
+
 def measure(case: Case, settings: Settings) -> dict[str, Any]:
     """Time, count and profile every side of ``case`` (see the module docstring).
 
@@ -337,5 +347,6 @@ __all__ = [
     "quartiles",
     "synchronize",
     "timed",
+    "verdict",
     "write_result",
 ]

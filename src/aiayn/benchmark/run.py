@@ -10,25 +10,36 @@ import torch
 
 from aiayn.benchmark import scaling
 from aiayn.benchmark.cases import CASES
-from aiayn.benchmark.harness import MIN_ROUNDS, Settings, Unavailable, machine, matmul_peak, measure, write_result
+from aiayn.benchmark.harness import (
+    MIN_ROUNDS,
+    Settings,
+    Unavailable,
+    machine,
+    matmul_peak,
+    measure,
+    verdict,
+    write_result,
+)
 from aiayn.benchmark.report import write_report
 from aiayn.models.config import suggest
 
 NAMES = [*CASES, "scaling"]
 
 
-def run_bench(names: list[str] | None = None, out: str | Path = "benchmarks/results", rounds: int = MIN_ROUNDS,
-              threads: int | None = None, quick: bool = False, docs: str | Path | None = "docs/benchmarks.md",
+def run_bench(names: list[str] | None = None, *, out: str | Path, rounds: int = MIN_ROUNDS,
+              threads: int | None = None, quick: bool = False, docs: str | Path | None = None,
               device: str = "cpu", warmup: int = 1, echo: Callable[[str], None] | None = print) -> dict[str, Any]:
-    """Run benchmark cases and write ``out/<case>.json`` for each, then regenerate ``docs``.
+    """Run benchmark cases and write ``out/<case>.json`` for each, then regenerate ``docs`` if given.
 
     Args:
         names: cases to run (:data:`NAMES`); ``None`` runs them all.
-        out: folder of the results files (and ``scaling.png``).
+        out: folder of the results files (and ``scaling.png``), made if needed; no default, so results land only
+            where the caller says.
         rounds: timed units per side, alternating between the sides.
         threads: ``torch.set_num_threads`` for the run (restored after); ``None`` keeps the current setting.
         quick: toy sizes, for tests: checks that everything runs; the numbers mean nothing.
-        docs: the markdown page regenerated from every results file in ``out``; ``None`` skips it.
+        docs: the markdown page regenerated from every results file in ``out`` after each case
+            (:func:`~aiayn.benchmark.report.write_report`); ``None``, the default, writes no page.
         device: ``"cpu"`` or ``"cuda"``; float32 eager either way.
         warmup: untimed units per side before the rounds.
         echo: where progress lines go (``None``: nowhere).
@@ -83,9 +94,9 @@ def summary(result: dict[str, Any]) -> str:
     ours = result["sides"][result["ours"]]
     parts = [f"{result['case']}: ours {ours['throughput']:,.1f} {result['unit']}/s, MFU {ours['mfu']:.0%}"]
     for name, peer in result["peers"].items():
-        verdict = {None: "", True: ", target met", False: ", target missed"}[peer["met"]]
+        said = verdict(peer["met"], result["rounds"])
         check = "" if peer["check"]["ok"] else ", OUTPUTS DIFFER"
-        parts.append(f"{peer['ratio']:.2f}x {name}{verdict}{check}")
+        parts.append(f"{peer['ratio']:.2f}x {name}{'' if said is None else f', target {said}'}{check}")
     return "; ".join(parts)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 import aiayn
-from aiayn.benchmark.cases import small_transformer
+from aiayn.benchmark.cases.common import small_transformer
 from aiayn.benchmark.harness import Settings, count_flops, peak_memory, timed
 from aiayn.layers import MultiHeadAttention
 from aiayn.training.losses import label_smoothed_loss

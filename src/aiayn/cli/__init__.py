@@ -151,8 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=1, help="examples per forward pass (default 1)")
     c.add_argument("--json", action="store_true", help="print the numbers as JSON")
 
-    b = sub.add_parser("bench", help="speed and memory against torch.nn.Transformer and Hugging Face, side by side; "
-                                     "writes benchmarks/results/*.json and docs/benchmarks.md")
+    b = sub.add_parser("bench", help="speed and memory against torch.nn.Transformer, Hugging Face, CTranslate2 and "
+                                     "onnxruntime, side by side; writes OUT/<case>.json, and a page of them with "
+                                     "--docs (this repository's: --out benchmarks/results --docs docs/benchmarks.md)")
     b.add_argument("cases", nargs="*", metavar="CASE",
                    help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train "
                         "llama-tiny-generate llama-tiny-generate-b16 llama-124m-generate llama-124m-generate-b16 "
@@ -161,8 +162,10 @@ def _parser() -> argparse.ArgumentParser:
                         "decode-greedy-ct2-int8 decode-beam-ct2 decode-beam-ct2-int8 decode-greedy-ort "
                         "gpt2-generate-ort scaling (default: all; the -ct2 and -ort cases, against CTranslate2 and "
                         "onnxruntime, need pip install \"aiayn[bench]\")")
-    b.add_argument("--out", default="benchmarks/results", help="folder of the results files")
-    b.add_argument("--docs", default="docs/benchmarks.md", help="the page regenerated from every results file")
+    b.add_argument("--out", required=True, metavar="FOLDER",
+                   help="folder of the results files, made if needed (required: no default)")
+    b.add_argument("--docs", default=None, metavar="PAGE.md",
+                   help="regenerate this markdown page from every results file in --out (default: no page)")
     b.add_argument("--rounds", type=int, default=None,
                    help="timed units per side, alternating (default: the harness's MIN_ROUNDS, 7)")
     b.add_argument("--report-only", action="store_true",
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "generate":
             _positive(parser, args, "max_new_tokens")
             if args.input is None and args.output is None:  # one prompt, streamed
-                from aiayn.recipes.lm import generate
+                from aiayn.pipelines.lm import generate
 
                 print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
                                       args.top_p, args.stop, args.seed, **_run_on(args)))
@@ -365,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             out = export(args.run, args.out, args.to, force=args.force)
             print(f"exported into {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         elif args.command == "detect":
-            from aiayn.recipes.detect import detect
+            from aiayn.pipelines.detect import detect
 
             if not 0 <= args.threshold < 1:
                 parser.error(f"--threshold must be in [0, 1), got {args.threshold}")
@@ -373,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "classify":
             _positive(parser, args, "top")
             if not _is_textclass(args.run):
-                from aiayn.recipes.image import classify
+                from aiayn.pipelines.image import classify
 
                 if not args.inputs:
                     parser.error(f"{args.run} classifies images: give image files")
@@ -441,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.report_only:
                 from aiayn.benchmark.report import write_report
 
+                if args.docs is None:
+                    parser.error("--report-only regenerates a page: give --docs PAGE.md")
                 print(f"wrote {write_report(args.out, args.docs)}")
                 return 0
             for name in ("rounds", "threads"):
@@ -590,26 +595,26 @@ def _is_textclass(run: str) -> bool:
 
 
 def _pipeline(task: str, source: str, run_on: dict[str, Any]) -> Any:
-    """A :class:`aiayn.inference.Pipeline` that does ``task`` with the model of ``source``, loaded by the loader
+    """A :class:`aiayn.pipelines.Pipeline` that does ``task`` with the model of ``source``, loaded by the loader
     the command used before it worked through files (so a wrong folder is refused with the same message)."""
-    from aiayn.inference import Pipeline
+    from aiayn.pipelines import Pipeline
 
     if task == "translate":
-        from aiayn.recipes.translation import load_run
+        from aiayn.pipelines.translation import load_run
 
         model, src_tok, tgt_tok = load_run(source, **run_on)
         return Pipeline(task, model, Path(source), src_tok=src_tok, tgt_tok=tgt_tok)
     if task == "generate":
-        from aiayn.recipes.lm import load_lm_run
+        from aiayn.pipelines.lm import load_lm_run
 
         model, tok = load_lm_run(source, **run_on)
         return Pipeline(task, model, Path(source), tok=tok)
     if task == "embed":
-        from aiayn.recipes.mlm import load_bert
+        from aiayn.pipelines.embed import load_bert
 
         model, tok, max_len = load_bert(source, **run_on)
         return Pipeline(task, model, Path(source), tok=tok, max_len=max_len)
-    from aiayn.recipes.textclass import load_classifier, text_length
+    from aiayn.pipelines.textclass import load_classifier, text_length
 
     model, tok, classes = load_classifier(source, **run_on)
     return Pipeline("classify", model, Path(source), tok=tok, classes=classes, max_len=text_length(source, model))

@@ -90,11 +90,11 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
         if (folder / "tokenizer.json").is_file():
             shutil.copyfile(folder / "tokenizer.json", tmp / "tokenizer.json")
         elif (folder / "vocab.txt").is_file():  # a WordPiece vocab.txt and do_lower_case, as one file
-            from aiayn.recipes.mlm import bert_tokenizer
+            from aiayn.pipelines.embed import bert_tokenizer
 
             bert_tokenizer(folder).save(tmp / "tokenizer.json")
         for kept in ("sentence_bert_config.json", "preprocessor_config.json"):  # the length limit of aiayn embed;
-            if (folder / kept).is_file():  # the image normalisation of aiayn classify (recipes.image.pixel_norm)
+            if (folder / kept).is_file():  # the image normalisation of aiayn classify (pipelines.image.pixel_norm)
                 shutil.copyfile(folder / kept, tmp / kept)
         for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
             tok.save(tmp / name)

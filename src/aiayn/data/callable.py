@@ -4,7 +4,7 @@
 :class:`~aiayn.data.sentencepiece.SentencePieceTokenizer`) that adds the special tokens the model reads and pads
 on the model's side.
 
-    tok = aiayn.pipeline("runs/mlm").tokenizer          # or aiayn.inference.tokenizer("runs/mlm"): no weights read
+    tok = aiayn.pipeline("runs/mlm").tokenizer          # or aiayn.pipelines.tokenizer("runs/mlm"): no weights read
     batch = tok(["a text", "another text"], return_tensors="pt", padding=True)
     batch["input_ids"], batch["attention_mask"]          # (B, T) each; mask 1 = a real token
     tok.batch_decode(ids, skip_special_tokens=True)

@@ -104,6 +104,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Tensor,
         memory: Tensor | None = None,
+        *,
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
@@ -113,7 +114,8 @@ class MultiHeadAttention(nn.Module):
         memory_pos: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``x`` to itself, or to ``memory`` (cross-attention).
+        """Attend from ``x`` to itself, or to ``memory`` (cross-attention): ``attn(x, memory, mask=m)``; every
+        argument after ``memory`` is keyword-only.
 
         Args:
             x: ``(B, T, C)`` queries (and keys/values for self-attention).

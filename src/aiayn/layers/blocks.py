@@ -23,6 +23,7 @@ Shapes: B batch, T target length, S source length, C model dim.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -75,10 +76,11 @@ class EncoderBlock(_Block):
         self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+    def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
                 pos: Tensor | None = None) -> Tensor:
-        """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend; ``pos`` ``(B, S, C)`` is added
-        to the queries and keys of self-attention, not to the values (DETR)."""
+        """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend, broadcastable to ``(B, H, S, S)``
+        (padding: ``(B, 1, 1, S)``); ``is_causal``: causal without a materialised mask; ``pos`` ``(B, S, C)`` is
+        added to the queries and keys of self-attention, not to the values (DETR)."""
         x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos)[0])
         return self._sublayer(x, self.norm2, self.ff)
 
@@ -127,6 +129,7 @@ class DecoderBlock(_Block):
     def forward(
         self,
         x: Tensor,
+        *,
         memory: Tensor | None = None,
         self_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
@@ -136,9 +139,11 @@ class DecoderBlock(_Block):
         memory_pos: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """``(B, T, C)`` decoder states, ``(B, S, C)`` memory -> ``(B, T, C)``.
+        """``(B, T, C)`` decoder states -> ``(B, T, C)``; every argument after ``x`` is keyword-only.
 
         Args:
+            memory: ``(B, S, C)`` encoder output for cross-attention; ``None`` without cross-attention, or
+                when ``cache`` already holds its keys and values.
             self_mask: bool mask for self-attention (causal and padding combined), or use ``is_causal``.
             memory_mask: bool mask over the memory (source padding), ``(B, 1, 1, S)``.
             cache: a :class:`aiayn.layers.kv_cache.LayerCache` when decoding step by step.
@@ -171,21 +176,31 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(blocks)
         self.norm = norm_layer(norm, d_model, eps) if final_norm else None
 
-    def _outputs(self, x: Tensor, args: tuple, caches, kwargs: dict) -> Iterator[Tensor]:
+    def _outputs(self, x: Tensor, caches, block_kwargs: dict[str, Any]) -> Iterator[Tensor]:
         for i, layer in enumerate(self.layers):
             if caches is not None:
-                x = layer(x, *args, cache=caches[i], **kwargs)
+                x = layer(x, cache=caches[i], **block_kwargs)
             else:
-                x = layer(x, *args, **kwargs)
+                x = layer(x, **block_kwargs)
             yield x
 
-    def forward(self, x: Tensor, *args, caches=None, **kwargs) -> Tensor:
-        for h in self._outputs(x, args, caches, kwargs):
+    def forward(self, x: Tensor, *, caches=None, **block_kwargs: Any) -> Tensor:
+        """``(B, T, C)`` -> ``(B, T, C)`` through every block, then the final norm if there is one.
+
+        Args:
+            x: the blocks' input.
+            caches: a :class:`aiayn.layers.kv_cache.DecoderCache` (or anything indexable by layer), block ``i``
+                getting ``cache=caches[i]``; ``None``: no cache.
+            block_kwargs: passed by name to every block, e.g. ``mask=`` (encoder) or ``memory=``,
+                ``memory_mask=``, ``is_causal=`` (decoder): ``decoder(x, memory=m, memory_mask=mm, is_causal=True)``.
+        """
+        for h in self._outputs(x, caches, block_kwargs):
             x = h
         return x if self.norm is None else self.norm(x)
 
-    def layer_outputs(self, x: Tensor, *args, caches=None, **kwargs) -> list[Tensor]:
+    def layer_outputs(self, x: Tensor, *, caches=None, **block_kwargs: Any) -> list[Tensor]:
         """The output of every block, each through the final LayerNorm when there is one; the last equals
-        ``forward``'s. DETR decodes every layer's output with the shared heads for its auxiliary losses
-        (section 3.2, "Auxiliary decoding losses"); the layers themselves see the un-normalised states."""
-        return [h if self.norm is None else self.norm(h) for h in self._outputs(x, args, caches, kwargs)]
+        ``forward``'s (arguments as there). DETR decodes every layer's output with the shared heads for its
+        auxiliary losses (section 3.2, "Auxiliary decoding losses"); the layers themselves see the un-normalised
+        states."""
+        return [h if self.norm is None else self.norm(h) for h in self._outputs(x, caches, block_kwargs)]

@@ -4,7 +4,7 @@ Each model computes the paper's steps as written; where one of these computes th
 model calls it behind one switch, :data:`ENABLED` (nanoGPT's ``if self.flash:``). Set
 ``aiayn.layers.fast.ENABLED = False`` and every layer takes its plain path. Each trick agrees with its plain
 path to float rounding (``tests/layers/test_fast.py``, ``tests/models/test_swin.py``); what it does to the
-time and memory of a whole run is in ``docs/benchmarks.md``.
+time and memory of a whole run is in ``docs/benchmarks.md``, the timings of single products in ``docs/kernels.md``.
 
     trick                          stands in for                  buys
     :func:`linear_onednn`          ``F.linear`` (Linear)          no gradient, a large matrix: oneDNN's inner
@@ -44,11 +44,11 @@ ENABLED = True  # the one switch: False runs every layer's plain path
 FEW_ROWS = 256  # at most this many rows take the swapped product (CPU, AVX2); more keep F.linear
 ONEDNN_MIN = 1 << 20  # from this many weights a product needing no gradient takes oneDNN's (CPU)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-# Which product is fastest depends on the CPU's instructions, as measured (benchmarks/linear_kernels.py): on
-# AVX2, F.linear hands few rows to the BLAS the slow way round and (W x^T)^T is faster, and oneDNN wins for one
-# row; on AVX-512 F.linear is mostly faster than the swapped product, and oneDNN's inner product beats it for 4 to
-# 1,024 rows by a matrix of ONEDNN_MIN weights or more (1.0-1.9x; most for an output layer over a large
-# vocabulary) and is about even at one row.
+# Which product is fastest depends on the CPU's instructions (benchmarks/linear_kernels.py; the timings are in
+# docs/kernels.md): on AVX2, F.linear hands few rows to the BLAS the slow way round and (W x^T)^T is faster, and
+# oneDNN wins for one row; on AVX-512 F.linear is mostly faster than the swapped product, and oneDNN's inner
+# product beats it for 4 to 1,024 rows by a matrix of ONEDNN_MIN weights or more (most for an output layer over a
+# large vocabulary) and is about even at one row.
 SWAP_FEW_ROWS = torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input

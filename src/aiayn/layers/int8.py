@@ -18,12 +18,10 @@ found they must for Transformers, whose activations carry a few channels far lar
 Without them, all-MiniLM-L6-v2's int8 sentence embeddings fell to a cosine of 0.90 with float32's on short
 sentences; with them it is >= 0.99 (``benchmarks/int8_quality.py``).
 
-fbgemm's kernel was chosen over the alternatives PyTorch ships by ``benchmarks/int8_kernels.py`` (a row by
-GPT-2's 768 x 3072 matrix, 2 threads: fbgemm 79 us, oneDNN's ``qlinear_pointwise`` 161 us, float32 ``F.linear``
-401 us, ``aten._weight_int8pack_mm`` (int8 weights, float inputs) 1,388 us). torchao, a further dependency, was
-not tried. Creating the
-quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has no replacement that is as fast
-here, so the warning is silenced at that one call.
+fbgemm's kernel was chosen over the alternatives PyTorch ships (oneDNN's ``qlinear_pointwise``, float32
+``F.linear``, ``aten._weight_int8pack_mm``) by ``benchmarks/int8_kernels.py``; its timings are in
+``docs/kernels.md``. Creating the quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has
+no replacement that is as fast there, so the warning is silenced at that one call.
 
 A token table becomes :class:`Int8Embedding` (row-wise, as the output projection tied to it); a head that
 multiplies by the table itself (BERT's masked LM, :func:`aiayn.layers.tied_linear`) uses the table's int8

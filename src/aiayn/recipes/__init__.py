@@ -50,7 +50,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
                   "max_len": 512},  # the largest model that still learns in an hour here (7.6M parameters)
         "max_tokens": 3072,  # ~100 pairs a batch: fewer, larger updates than the default's per second
         "warmup": 400, "schedule": "linear", "lr_factor": 0.32,  # peak 1e-3, decayed to zero at the end
-        "steps": 1433,  # what 60 minutes of updates gave on the recorded machine (or --minutes 60)
+        "steps": 1433,  # the updates --minutes 60 chose (benchmarks/results/translation_multi30k_de_en.json)
         "eval_every": 250,
         "average": 5,  # section 6.1; last or average, and greedy or beam, are chosen on validation
     }),
@@ -60,7 +60,7 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
         "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "d_ff": 512, "max_len": 128, "dropout": 0.0,
                   "activation": "gelu"},  # nanoGPT's CPU size; exact GELU is faster here than GPT-2's tanh form
         "lr": 2e-3, "beta2": 0.99, "weight_decay": 0.2, "warmup": 200,  # each chosen on validation
-        "steps": 11427,  # what 15 minutes of updates gave on the recorded machine (or --minutes 15)
+        "steps": 11427,  # the updates --minutes 15 chose (benchmarks/results/lm_shakespeare.json)
         "eval_every": 1000,
     }),
 }

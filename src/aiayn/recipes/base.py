@@ -28,7 +28,6 @@ files in ``RUN/tensorboard/`` (:mod:`aiayn.training.logging`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import types
@@ -44,6 +43,7 @@ from torch import nn
 import aiayn
 from aiayn.io import write_json
 from aiayn.training import device, distributed, finetune
+from aiayn.training.budget import timing_updates, updates_in
 from aiayn.training.logging import check_logger
 from aiayn.training.loop import autocasting
 from aiayn.training.session import Session, check_name, open_run
@@ -395,7 +395,7 @@ def _write_average(folder: Path, points: list[int], say: Callable[..., None]) ->
 
 def _timed_updates(cfg: RecipeConfig) -> int:
     """How many first updates ``--minutes`` times (inside the warm-up) before it fits the rest."""
-    return max(1, min(cfg.warmup, TIMING_UPDATES))
+    return timing_updates(cfg.warmup, most=TIMING_UPDATES)
 
 
 def _fit_to_budget(cfg: RecipeConfig, session: Session, batches: Iterator[Any], loss_fn, options: dict[str, Any],
@@ -405,9 +405,7 @@ def _fit_to_budget(cfg: RecipeConfig, session: Session, batches: Iterator[Any], 
     assert cfg.minutes is not None  # run fits steps to the budget only when there is one
     timed = _timed_updates(cfg)
     history = session.fit(batches, timed, loss_fn, unlock=False, desc="timing", **options)
-    first, last = history[0]["seconds"], history[-1]["seconds"]
-    per_update = (last - first) / (timed - 1) if timed > 1 else last  # the first update also warms up kernels
-    steps = max(timed + 1, timed + math.floor((cfg.minutes * 60 - last) / per_update))  # 1 more: validates
+    steps, per_update = updates_in(cfg.minutes, history[:timed])
     steps = int(distributed.broadcast(steps))  # every rank takes rank 0's plan
     if distributed.is_main():
         write_json(folder / "args.json", dataclasses.replace(cfg, steps=steps).to_dict())

@@ -13,7 +13,6 @@ reads a Pascal VOC folder (BCCD, the blood-cell images in ``../shared/data/bccd`
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,31 +22,17 @@ import numpy as np
 import torch
 
 import aiayn
-from aiayn.data.detection import SHAPES, collate, hflip, load_image, read_voc, shape_batches, synthetic_shapes
+from aiayn.data.detection import SHAPES, hflip, read_voc, shape_batches, synthetic_shapes
 from aiayn.evaluation.detection import average_precision
-from aiayn.io import atomic_write
 from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
 from aiayn.models.detr.model import DETR
 from aiayn.models.detr.postprocess import postprocess
+from aiayn.pipelines.detect import collate_on, collated, detect, find_objects, load_detector
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import load_model, no_weights
 from aiayn.training import device as devices
 from aiayn.training import warmup_cosine
-from aiayn.training.session import read_args
-
-
-def collate_on(samples: list, where: torch.device | str) -> tuple[torch.Tensor, torch.Tensor | None, list]:
-    """:func:`collated`'s ``(images, pixel mask or None, targets)``, on the device ``where``."""
-    return devices.move(collated(samples), where)
-
-
-def collated(samples: list) -> tuple[torch.Tensor, torch.Tensor | None, list]:
-    """A training batch as the model reads it, made on the CPU before it moves: ``(images, pixel mask,
-    targets)``, the mask ``None`` when every pixel is real (decided here, where reading it costs no stall)."""
-    images, mask, targets = collate(samples)
-    return images, None if bool(mask.all()) else mask, targets
 
 
 def voc_batches(samples: list, batch_size: int, seed: int, start: int = 0):
@@ -198,97 +183,13 @@ def evaluate_detr(model: torch.nn.Module, samples: list, batch_size: int = 32,
             "map75": cast(float, ap["map75"])}  # the means; only "per_class" is a dict
 
 
-def detect(run: str | os.PathLike, image_path: str | os.PathLike, threshold: float = 0.7,
-           out: str | os.PathLike | None = None, verbose: bool = True, *,
-           device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, Any]:
-    """Detect objects in one image with a trained run; print them and draw them.
-
-    Args:
-        run: a run folder of :func:`train_detr` (``model.safetensors``, ``args.json``, ``classes.json``).
-        image_path: any image Pillow reads.
-        threshold: keep detections whose class probability is above this.
-        out: the picture to write; default ``<run>/detections/<image name>.png``.
-        device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
-            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
-
-    Returns:
-        ``{"detections": [{"label", "name", "score", "box": [x0, y0, x1, y1] in the image's pixels}], "image"}``.
-
-    Raises:
-        ValueError: ``device`` names no device of this machine, a bad ``quantize``, or ``threshold`` is
-            outside [0, 1).
-    """
-    if not 0 <= threshold < 1:
-        raise ValueError(f"threshold={threshold} must be in [0, 1)")
-    detector = load_detector(run, device=device, quantize=quantize)
-    detections = find_objects(detector, image_path, threshold)
-    out = Path(out) if out is not None else Path(run) / "detections" / f"{Path(image_path).stem}.png"
-    _draw(load_image(image_path), detections, out)
-    if verbose:
-        for d in detections:
-            print(f"{d['name']:<12} {d['score']:.3f}  box {d['box']}")
-        print(f"{len(detections)} detection(s) above {threshold}; drawn in {out}")
-    return {"detections": detections, "image": out}
-
-
-def load_detector(run: str | os.PathLike, *, device: str | torch.device | None = None,
-                  quantize: str | None = None) -> tuple[torch.nn.Module, list[str], int]:
-    """``(model, class names, image size)`` of a detection run folder, the model made
-    :func:`~aiayn.recipes.loading.ready` on ``device`` (or in int8)."""
-    run = Path(run)
-    if not (run / "model.safetensors").is_file():
-        raise no_weights(run, "a run folder of `aiayn train --task detect`")
-    model = load_model(run, device, quantize, kinds=(DETR,), task="detection")
-    return model, json.loads((run / "classes.json").read_text()), read_args(run).get("image_size", 128)
-
-
-@torch.no_grad()
-def find_objects(detector: tuple[torch.nn.Module, list[str], int], image_path: str | os.PathLike,
-                 threshold: float = 0.7) -> list[dict[str, Any]]:
-    """The objects of one image whose class probability is above ``threshold``, most likely first, with a
-    loaded :func:`load_detector`: ``[{"label", "name", "score", "box": [x0, y0, x1, y1] in pixels}]``."""
-    model, classes, size = detector
-    where = devices.of(model)
-    original = load_image(image_path)  # (3, H, W) uint8
-    images, _, _ = collate_on([(load_image(image_path, size), {})], where)
-    found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
-    found = devices.move(found, "cpu")
-    keep = found["scores"] > threshold
-    detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
-                   "box": [round(float(v), 1) for v in box]}
-                  for label, score, box in zip(found["labels"][keep], found["scores"][keep], found["boxes"][keep])]
-    return sorted(detections, key=lambda d: -d["score"])
-
-
-def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    h, w = image.shape[1:]
-    fig, ax = plt.subplots(figsize=(6, 6 * h / w))
-    ax.imshow(image.permute(1, 2, 0).numpy())
-    colours = plt.get_cmap("tab10")
-    for d in detections:
-        x0, y0, x1, y1 = d["box"]
-        c = colours(d["label"] % 10)
-        ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, color=c, lw=2))
-        ax.text(x0, y0, f"{d['name']} {d['score']:.2f}", color="white", fontsize=8, va="bottom",
-                bbox={"facecolor": c, "alpha": 0.8, "pad": 1, "lw": 0})
-    ax.axis("off")
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=100))
-    plt.close(fig)
-
-
 def evaluate_voc(run: str | os.PathLike, data_dir: str | os.PathLike, split: str = "val", *,
                  device: str | torch.device | None = None, quantize: str | None = None) -> dict[str, float]:
     """``{"val_loss", "map50", "map", "map75", "n"}`` of a detection run on a split of a Pascal VOC folder.
 
     Args:
         device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
-            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
+            (:func:`aiayn.pipelines.loading.ready`; default: a GPU if any, float32).
 
     Raises:
         ValueError: ``device`` names no device of this machine, or a bad ``quantize``.

@@ -12,7 +12,7 @@
 
 Each task's :class:`~aiayn.recipes.base.Evaluation` (``Recipe.evaluation``) says what it takes and scores the
 run. Every task also takes ``device`` and ``quantize`` (``"int8"``: int8 weights on the CPU; see
-:mod:`aiayn.recipes.loading`).
+:mod:`aiayn.pipelines.loading`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ tokens' states -> L2-normalised.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
 from dataclasses import dataclass
@@ -30,15 +29,15 @@ from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
 import aiayn
 from aiayn.data import make_pairs, read_text
 from aiayn.data.masking import IGNORE, mask_tokens
 from aiayn.data.wordpiece import WordPieceTokenizer
-from aiayn.models.bert import BERT, mean_pool
+from aiayn.models.bert import BERT
+from aiayn.pipelines.embed import bert_tokenizer, embed, embed_texts, load_bert
+from aiayn.pipelines.loading import check_tokenizer, load_model, special_ids
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -272,7 +271,7 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
 
     Args:
         device, quantize: where the model runs, and ``"int8"`` for int8 weights on the CPU
-            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32). The masking is drawn on
+            (:func:`aiayn.pipelines.loading.ready`; default: a GPU if any, float32). The masking is drawn on
             the CPU, the same on every device.
 
     Raises:
@@ -291,80 +290,6 @@ def masked_accuracy(run: str | os.PathLike, path: str | os.PathLike, seed: int =
     gen = torch.Generator().manual_seed(seed)
     held_out = [collate(examples[i : i + 64], tok, model.cfg.vocab_size, gen) for i in range(0, len(examples), 64)]
     return {**scores(model, held_out, nsp), "pairs": len(examples)}
-
-
-def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = None,
-              quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer, int]:
-    """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder.
-
-    Args:
-        device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
-            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
-
-    Raises:
-        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
-    """
-    folder = Path(folder)
-    if (folder / "config.json").is_file():
-        model = aiayn.from_hf(folder)
-    elif (folder / "model.safetensors").is_file():
-        model = aiayn.load(folder)
-    elif (folder / "args.json").is_file():  # a run of ours that has written no weights yet
-        raise no_weights(folder)
-    else:
-        raise FileNotFoundError(f"{folder} holds neither a Hugging Face model (config.json) nor an aiayn checkpoint")
-    if not isinstance(model, BERT):
-        raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT")
-    tok = bert_tokenizer(folder)
-    file = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt")
-    check_tokenizer(tok, file, model.cfg.vocab_size, special_ids(model.cfg), exact=(folder / "args.json").is_file())
-    max_len = model.cfg.max_tokens  # the model's positions (a RoBERTa's fewer: they start above pad_id)
-    st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
-    if st.is_file():
-        max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
-    return cast(BERT, ready(model, device, quantize)), tok, max_len
-
-
-def bert_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer:
-    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``
-    (lowercasing unless ``tokenizer_config.json`` says ``do_lower_case: false``, as a cased BERT's does)."""
-    folder = Path(folder)
-    if (folder / "tokenizer.json").is_file():
-        return WordPieceTokenizer.load(folder / "tokenizer.json")
-    if (folder / "vocab.txt").is_file():
-        settings = folder / "tokenizer_config.json"
-        lower = json.loads(settings.read_text()).get("do_lower_case", True) if settings.is_file() else True
-        return WordPieceTokenizer.from_vocab(folder / "vocab.txt", lowercase=lower)
-    raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
-
-
-def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
-          device: str | torch.device | None = None, quantize: str | None = None) -> Tensor:
-    """``(N, C)`` L2-normalised sentence embeddings of ``texts`` (mean pooling over real tokens), on the CPU.
-
-    Args:
-        folder: a Hugging Face BERT folder or an aiayn run folder (:func:`load_bert`).
-        device, quantize: as :func:`load_bert`'s (default: a GPU when there is one, else the CPU; float32).
-    """
-    if isinstance(texts, str):
-        raise TypeError("texts must be a list of strings, got one string")
-    model, tok, max_len = load_bert(folder, device=device, quantize=quantize)
-    return embed_texts(model, tok, max_len, texts, batch_size)
-
-
-@torch.no_grad()
-def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[str], batch_size: int = 64) -> Tensor:
-    """:func:`embed` with a loaded model and tokenizer (:func:`load_bert`)."""
-    if isinstance(texts, str):
-        raise TypeError("texts must be a list of strings, got one string")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    where = devices.of(model)
-    out = []
-    for i in range(0, len(texts), batch_size):
-        ids, types, mask = devices.move(tok.batch(texts[i : i + batch_size], max_len), where)
-        out.append(mean_pool(model(ids, types, mask), mask).cpu())
-    return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
 
 
 __all__ = [

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -38,14 +38,13 @@ from aiayn.data import (
     train_tokenizers,
 )
 from aiayn.data.synthetic import TASKS
-from aiayn.decoding import beam_search, greedy
 from aiayn.layers import record_attention, record_samples, reinforce_loss
-from aiayn.models.transformer import Transformer
+from aiayn.pipelines.loading import ready
+from aiayn.pipelines.translation import load_run as load_run  # here too, where it was before aiayn.pipelines
+from aiayn.pipelines.translation import translate, translate_texts
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.loading import check_tokenizer, load_model, no_weights, ready, special_ids
 from aiayn.training import device as devices
 from aiayn.training import distributed, label_smoothed_loss, noam_lr
-from aiayn.training.checkpoint import saved_config
 
 if TYPE_CHECKING:
     from aiayn.data.sentencepiece import SentencePieceTokenizer
@@ -246,27 +245,6 @@ def batches_once(pairs, max_tokens: int, cfg):
         yield collate([pairs[i] for i in idx], cfg.pad_id, cfg.bos_id, cfg.eos_id)
 
 
-def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128) -> list[str]:
-    """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
-    ``model``'s device."""
-    where = devices.of(model)
-    for i, text in enumerate(texts):  # longer than the positions: refused, not cut or read past the table
-        if (n := len(src_tok.encode(text)) + 1) > model.cfg.max_len:  # (+ </s>)
-            raise ValueError(f"text {i + 1} (line {i + 1} of the input) is {n} tokens with its </s>; the model reads "
-                             f"at most {model.cfg.max_len} (its max_len): split it")
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: list[str] = [""] * len(texts)
-    for i in range(0, len(order), batch_size):
-        idx = order[i : i + batch_size]
-        src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
-        src = devices.move(src, where)
-        ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam)
-        assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
-        for j, row in zip(idx, ids.tolist()):
-            out[j] = tgt_tok.decode(row)
-    return out
-
-
 def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Path:
     """Encoder-decoder attention of every decoder layer and head for one example."""
     from aiayn.viz import plot_attention_grid
@@ -278,58 +256,6 @@ def attention_picture(model, src_tok, tgt_tok, src_text: str, path: Path) -> Pat
     layers = [rec[f"decoder.layers.{i}.cross_attn"][0][0] for i in range(len(model.decoder.layers))]
     return plot_attention_grid(layers, ["<s>"] + tgt_tok.tokens(hyp), src_tok.tokens(src_text) + ["</s>"], path,
                                title=f"encoder-decoder attention: {src_text!r} -> {hyp!r}", row_label="decoder layer")
-
-
-def load_run(run: str | os.PathLike, weights: str | os.PathLike | None = None, *,
-             device: str | torch.device | None = None, quantize: str | None = None):
-    """``(model, src_tokenizer, tgt_tokenizer)`` of a translation run folder.
-
-    Args:
-        weights: other weights of the run's model than its last (``model.safetensors``): a file in the run
-            (``best.safetensors``, ``average.safetensors``), else a path.
-        device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
-            (:func:`aiayn.recipes.loading.ready`; default: a GPU if any, float32).
-
-    Raises:
-        ValueError: ``device`` names no device of this machine, or a bad ``quantize``.
-    """
-    run = Path(run)
-    if not (run / "model.safetensors").is_file():
-        raise no_weights(run)
-    if not (run / "src_tokenizer.json").is_file():
-        raise FileNotFoundError(f"{run} holds no src_tokenizer.json: it is not a translation run (a language "
-                                f"model's run takes `aiayn generate`)")
-    if weights is not None:
-        given, weights = weights, run / weights if (run / weights).is_file() else Path(weights)  # the run's first
-        if not weights.is_file():
-            raise FileNotFoundError(f"weights={str(given)!r}: no such file, in {run} or as a path")
-        ours, theirs = saved_config(run), saved_config(weights)
-        if ours != theirs:  # another model's weights would read the run's tokens as other words
-            differ = ([f"{f.name} {getattr(theirs, f.name)} (the run's {getattr(ours, f.name)})" for f in
-                       fields(theirs) if getattr(ours, f.name) != getattr(theirs, f.name)]
-                      if type(ours) is type(theirs) else [f"a {type(theirs).__name__}"])
-            raise ValueError(f"weights={str(given)!r} are not of this run's model ({type(ours).__name__}): "
-                             + ", ".join(differ))
-    model = cast(Transformer, load_model(weights or run, device, quantize, kinds=(Transformer,), task="translation"))
-    src_tok, tgt_tok = load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
-    ids = special_ids(model.cfg)
-    for tok, file, size in ((src_tok, "src_tokenizer.json", model.cfg.src_vocab_size),
-                            (tgt_tok, "tgt_tokenizer.json", model.cfg.tgt_vocab_size)):
-        check_tokenizer(tok, run / file, size, ids, exact=(run / "args.json").is_file())
-    return model, src_tok, tgt_tok
-
-
-def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,
-              weights: str | os.PathLike | None = None, *, device: str | torch.device | None = None,
-              quantize: str | None = None) -> list[str]:
-    """Translate ``texts`` with the model saved in ``run`` (greedy, or beam search for ``beam > 1``).
-
-    Args:
-        weights: as :func:`load_run`'s; default the last weights.
-        device, quantize: as :func:`load_run`'s (default: a GPU when there is one, else the CPU; float32).
-    """
-    model, src_tok, tgt_tok = load_run(run, weights, device=device, quantize=quantize)
-    return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
 
 
 def evaluate(run: str | os.PathLike, data: str | list[str], data_dir: str | None = None,

@@ -95,7 +95,7 @@ def read_attention(source: str | os.PathLike, text: str, target: str | None = No
     where = devices.of(model)
     if p.task == "translate":  # an encoder-decoder: a translation run, a denoising run (BART), a Marian
         from aiayn.data import seq2seq_batch
-        from aiayn.recipes.translation import translate_texts
+        from aiayn.pipelines.translation import translate_texts
 
         src_tok, tgt_tok = parts["src_tok"], parts["tgt_tok"]
         hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target

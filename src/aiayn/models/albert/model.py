@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -104,11 +105,11 @@ class SharedStack(Stack):
         super().__init__([block], d_model, final_norm=False)
         self.n_layers = n_layers
 
-    def _outputs(self, x: Tensor, args: tuple, caches, kwargs: dict) -> Iterator[Tensor]:
+    def _outputs(self, x: Tensor, caches, block_kwargs: dict[str, Any]) -> Iterator[Tensor]:
         if caches is not None:
             raise ValueError("caches: an encoder whose layers are shared keeps no key/value cache")
         for _ in range(self.n_layers):
-            x = self.layers[0](x, *args, **kwargs)  # (B, T, H) -> (B, T, H), the same weights each time
+            x = self.layers[0](x, **block_kwargs)  # (B, T, H) -> (B, T, H), the same weights each time
             yield x
 
 

@@ -144,7 +144,7 @@ class BERT(PretrainedMixin, nn.Module):
         if token_type_ids is not None and token_type_ids.shape != ids.shape:
             raise ValueError(f"token_type_ids must have the shape of ids {tuple(ids.shape)}, "
                              f"got {tuple(token_type_ids.shape)}")
-        return self.encoder(self.embed(ids, segment_ids=token_type_ids), self.key_mask(ids, attention_mask))
+        return self.encoder(self.embed(ids, segment_ids=token_type_ids), mask=self.key_mask(ids, attention_mask))
 
     def key_mask(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """``(B, 1, 1, T)`` bool, ``True`` = may attend, from ``attention_mask`` or from ``pad_id``."""

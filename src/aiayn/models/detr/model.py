@@ -129,6 +129,25 @@ class MLP(nn.Module):
         return x
 
 
+def feature_mask(pixel_mask: Tensor | None, features: Tensor) -> tuple[Tensor, Tensor | None]:
+    """The real positions of the feature map and the encoder's mask, from the pixels' mask.
+
+    Args:
+        pixel_mask: ``(B, H0, W0)``, ``True``/1 on real pixels, or ``None``: all real.
+        features: ``(B, C_b, H, W)``, the backbone's map (its size and device are read).
+
+    Returns:
+        ``(real, key_mask)``: ``real`` ``(B, H, W)`` bool, the pixel mask downsampled to the map by nearest
+        neighbour as DETR does (all ``True`` without one), for the sine encodings; ``key_mask``
+        ``(B, 1, 1, HW)`` bool, ``True`` = may attend, or ``None`` without a pixel mask (nothing to hide).
+    """
+    b, h, w = features.size(0), *features.shape[-2:]
+    if pixel_mask is None:
+        return torch.ones(b, h, w, dtype=torch.bool, device=features.device), None
+    real = F.interpolate(pixel_mask[None].float(), size=(h, w))[0].bool()  # (B, H, W)
+    return real, real.flatten(1)[:, None, None, :]  # (B, 1, 1, HW)
+
+
 class DETR(PretrainedMixin, nn.Module):
     """DETR; ``forward(images, pixel_mask=None)`` returns ``{"logits", "boxes", "aux"}`` (module docstring)."""
 
@@ -167,20 +186,13 @@ class DETR(PretrainedMixin, nn.Module):
             are (cx, cy, w, h) relative to each image's real size, in [0, 1].
         """
         self._check(images, pixel_mask)
-        b = images.size(0)
         features = self.backbone(images)  # (B, C_b, H, W)
-        h, w = features.shape[-2:]
         src = self.input_proj(features).flatten(2).transpose(1, 2)  # (B, HW, C)
-        if pixel_mask is None:
-            real = torch.ones(b, h, w, dtype=torch.bool, device=images.device)  # (B, H, W)
-            key_mask = None
-        else:  # nearest-neighbour downsampling of the mask to the feature map, as DETR does
-            real = F.interpolate(pixel_mask[None].float(), size=(h, w))[0].bool()  # (B, H, W)
-            key_mask = real.flatten(1)[:, None, None, :]  # (B, 1, 1, HW), True = may attend
+        real, key_mask = feature_mask(pixel_mask, features)  # (B, H, W), (B, 1, 1, HW) or None
         pos = sine_encoding_2d(real, self.cfg.d_model).flatten(1, 2).to(src.dtype)  # (B, HW, C)
-        memory = self.encoder(src, key_mask, pos=pos)  # (B, HW, C)
-        query_pos = self.query_embed.weight.unsqueeze(0).expand(b, -1, -1)  # (B, Q, C)
-        states = self.decoder.layer_outputs(torch.zeros_like(query_pos), memory, memory_mask=key_mask,
+        memory = self.encoder(src, mask=key_mask, pos=pos)  # (B, HW, C)
+        query_pos = self.query_embed.weight.unsqueeze(0).expand(images.size(0), -1, -1)  # (B, Q, C)
+        states = self.decoder.layer_outputs(torch.zeros_like(query_pos), memory=memory, memory_mask=key_mask,
                                             pos=query_pos, memory_pos=pos)
         hs = torch.stack(states)  # (M, B, Q, C), each through the final LayerNorm
         logits, boxes = self.class_head(hs), self.box_head(hs).sigmoid()  # (M, B, Q, K+1), (M, B, Q, 4)
@@ -200,4 +212,4 @@ class DETR(PretrainedMixin, nn.Module):
                                  f"{tuple(pixel_mask.shape)}")
 
 
-__all__ = ["DETR", "MLP", "PRESETS", "DetrConfig"]
+__all__ = ["DETR", "MLP", "PRESETS", "DetrConfig", "feature_mask"]

@@ -247,19 +247,49 @@ class GPT(PretrainedMixin, nn.Module):
 
         Without ``attention_mask`` self-attention is SDPA's ``is_causal`` (no mask is built, so CUDA may run
         its flash kernel); with one, a bool mask (the memory-efficient kernel). A sliding window
-        (``attention_window``) is always a ``(T, S)`` mask, combined with the padding.
+        (``attention_window``) is always a ``(T, S)`` mask, combined with the padding. Positions and masks are
+        built once, by :meth:`positions_and_mask`.
         """
         check_ids(ids, self.cfg.vocab_size, values=False)  # the shape, before it is read; the values in the embedding
+        position_ids, mask, is_causal, start = self.positions_and_mask(ids, attention_mask, cache)
+        x = self.embed(ids, start=start, position_ids=position_ids)  # (B, T, C)
+        t = ids.size(1)
+        rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
+        return self.decoder(x, self_mask=mask, is_causal=is_causal, caches=cache, rotary=rotary)  # (B, T, C)
+
+    def positions_and_mask(self, ids: Tensor, attention_mask: Tensor | None = None,
+                           cache: DecoderCache | None = None) -> tuple[Tensor | None, Tensor | None, bool, int]:
+        """The new positions of ``ids`` and what they may attend to, built once for every layer (as Hugging Face
+        builds its causal mask once, outside the layers).
+
+        Args:
+            ids: ``(B, T)``, the new positions only when there is a ``cache``.
+            attention_mask: ``(B, S)`` as :meth:`features` takes it, or ``None``.
+            cache: as :meth:`features` takes it, or ``None``.
+
+        Returns:
+            ``(position_ids, mask, is_causal, start)``:
+
+            - ``position_ids``: ``(B, T)`` counting real tokens only (rows padded on the left), or ``None``
+              without ``attention_mask``: the positions are then ``start .. start + T - 1``.
+            - ``mask``: bool, ``True`` = may attend, over the S' keys the cache returns (from
+              ``cache.first_visible(T)``: all S unless a sliding window's cache has rolled): ``(B, 1, T, S')``
+              padding and causality together, ``(B, 1, 1, S')`` padding for one new token, ``(T, S')`` a
+              sliding window alone; ``None`` when ``is_causal``.
+            - ``is_causal``: self-attention is SDPA's causal one, no mask built (SDPA takes one or the other).
+            - ``start``: the positions already cached, ``cache.length`` (0 without a cache).
+
+        Raises:
+            ValueError: ``attention_mask`` not ``(B, cached + new positions)``, or (learned positions) a row of
+                more real tokens than ``max_len``.
+        """
         start = 0 if cache is None else cache.length
         t = ids.size(1)
         s = start + t
         # the keys of this step start at position `first`: 0, unless a sliding window's cache has rolled
         first = 0 if cache is None else cache.first_visible(t)
-        position_ids = None
-        if attention_mask is None:
-            x = self.embed(ids, start=start)
-            mask, is_causal = None, True
-        else:
+        position_ids, mask, is_causal = None, None, True
+        if attention_mask is not None:
             if attention_mask.shape != (ids.size(0), s):
                 raise ValueError(f"attention_mask must be (batch, cached + new positions) = {(ids.size(0), s)}, "
                                  f"got {tuple(attention_mask.shape)}")
@@ -271,7 +301,6 @@ class GPT(PretrainedMixin, nn.Module):
                     raise ValueError(f"sequence of {n} positions is longer than the {self.cfg.max_len} learned "
                                      f"positions (max_len); use a shorter input")
             position_ids = (real.long().cumsum(-1) - 1).clamp(min=0)[:, start:]  # (B, T)
-            x = self.embed(ids, position_ids=position_ids)
             # SDPA takes a mask or is_causal, not both, so padding with T > 1 needs the full (B, 1, T, S) mask;
             # one new token may see every earlier position, so there it is the key-only padding mask.
             keys = real[:, None, None, first:]  # (B, 1, 1, S - first)
@@ -280,8 +309,7 @@ class GPT(PretrainedMixin, nn.Module):
         if self.cfg.attention_window is not None:  # Mistral: the causal mask cut to the last W positions
             window = causal_mask(t, s - first, device=ids.device, window=self.cfg.attention_window)  # (T, S)
             mask, is_causal = combine(mask, window), False
-        rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
-        return self.decoder(x, None, mask, None, is_causal, caches=cache, rotary=rotary)  # (B, T, C)
+        return position_ids, mask, is_causal, start
 
     def classify(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """``(B, T, C)`` -> ``(B, num_labels)``: the linear head on the last real token of each row (head

@@ -125,7 +125,7 @@ class RoBERTa(BERT):
             raise ValueError(f"token_type_ids must have the shape of ids {tuple(ids.shape)}, "
                              f"got {tuple(token_type_ids.shape)}")
         x = self.embed(ids, position_ids=self.position_ids(ids), segment_ids=token_type_ids)  # (B, T, C)
-        return self.encoder(x, self.key_mask(ids, attention_mask))
+        return self.encoder(x, mask=self.key_mask(ids, attention_mask))  # (B, T, C)
 
     def position_ids(self, ids: Tensor) -> Tensor:
         """``(B, T)`` positions: ``pad_id + k`` for the k-th real token of its row (k = 1, 2, ...), ``pad_id``

@@ -150,7 +150,7 @@ class Transformer(PretrainedMixin, nn.Module):
 
     def encode(self, src_ids: Tensor) -> Tensor:
         """``(B, S)`` source ids -> memory ``(B, S, C)``; padding (``pad_id``) is never attended to."""
-        return self.encoder(self.src_embed(src_ids), padding_mask(src_ids, self.cfg.pad_id))
+        return self.encoder(self.src_embed(src_ids), mask=padding_mask(src_ids, self.cfg.pad_id))  # (B, S, C)
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """Logits ``(B, T, V)`` for target ids ``(B, T)`` given the memory of ``src_ids``.
@@ -169,7 +169,7 @@ class Transformer(PretrainedMixin, nn.Module):
         # Targets are padded on the right, so the causal mask (section 3.2.3) already keeps every real
         # position from seeing padding; no target padding mask is needed. (Marian starts decoding with
         # the pad token itself, which a padding mask would wrongly hide.)
-        x = self.decoder(x, memory, None, memory_mask, True, caches=cache)
+        x = self.decoder(x, memory=memory, memory_mask=memory_mask, is_causal=True, caches=cache)  # (B, T, C)
         return self.generator(x)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:

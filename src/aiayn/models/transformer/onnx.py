@@ -46,7 +46,7 @@ class _Decoder(nn.Module):
         x = model.tgt_embed(tgt_ids, start=cache.length)  # (B, T, C)
         memory_mask = src_mask[:, None, None, :]  # (B, 1, 1, S), as padding_mask gives it
         # no memory: every layer reads its cross-attention keys/values from the cache
-        x = model.decoder(x, None, None, memory_mask, True, caches=cache)
+        x = model.decoder(x, memory_mask=memory_mask, is_causal=True, caches=cache)  # (B, T, C)
         return model.generator(x), cache.present()
 
 

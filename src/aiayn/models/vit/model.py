@@ -111,8 +111,7 @@ class ViT(PretrainedMixin, nn.Module):
         # truncated N(0, 0.02) for matrices, the head among them (as timm trains from scratch; the paper's zero
         # head is for fine-tuning), zero biases and [CLS], unit LayerNorm gains. The patch projection keeps
         # PyTorch's conv initialisation (as timm), which puts patch embeddings near std 0.5, and the positions
-        # start at that scale too, so where a patch lies counts as much as what it shows from the first
-        # update: on small data this learns several times faster than positions of std 0.02.
+        # start at that scale too, so where a patch lies counts as much as what it shows from the first update.
         for name, p in self.named_parameters():
             if name.startswith("patch_embed.proj"):
                 continue

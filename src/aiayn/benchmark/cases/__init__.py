@@ -1,0 +1,81 @@
+"""The benchmark cases by name: ours against PyTorch's, Hugging Face's, CTranslate2's and onnxruntime's models, on
+the same work. :data:`CASES` maps each name to its builder, ``builder(quick, device) -> Case``.
+
+Each case builds its models (random weights, no downloads), checks that ours computes what each peer
+computes (the same logits within a tolerance, the same generated tokens) and returns a
+:class:`~aiayn.benchmark.harness.Case` whose sides each do one unit of work. ``quick=True`` shrinks every
+size so the whole set runs in seconds (the tests); the numbers then mean nothing. A case lives in the module of
+its kind, named by its name's ending where the peer is an engine (``-ct2``, ``-ort``); the peers' models and
+adapters are in :mod:`aiayn.benchmark.peers`.
+
+    case                         unit of work                                  peers                        module
+    train-small                  training step, Transformer d256, vocab 8k     torch.nn.Transformer,        training
+                                                                               MarianMTModel
+    train-base                   training step, transformer-base, vocab 8k     the same                     training
+    gpt2-train                   gpt2 training step, AdamW                     GPT2LMHeadModel              training
+    decode-greedy                greedy translation with our KV cache          MarianMTModel.generate       decoding
+    decode-beam                  beam search (4) with our KV cache             MarianMTModel.generate       decoding
+    gpt2-generate                gpt2 greedy generation, batch 1               GPT2LMHeadModel.generate     generation
+    llama-tiny-generate          llama-tiny greedy generation, batch 1         LlamaForCausalLM.generate    generation
+    llama-tiny-generate-b16      the same, batch 16                            LlamaForCausalLM.generate    generation
+    llama-124m-generate          Llama-shaped 124M greedy generation, batch 1  LlamaForCausalLM.generate    generation
+    llama-124m-generate-b16      the same, batch 16                            LlamaForCausalLM.generate    generation
+    swin-forward                 swin-t forward, 224 px, eval                  SwinForImageClassification   vision
+    vit-forward                  vit-b16 forward, 224 px, eval                 ViTForImageClassification    vision
+    gpt2-generate-ct2            gpt2-generate's work                          GPT2LMHeadModel.generate,    ct2
+                                                                               ctranslate2.Generator
+    gpt2-generate-ct2-int8       the same in int8                              ctranslate2.Generator        ct2
+    llama-124m-generate-ct2      llama-124m-generate's work                    LlamaForCausalLM.generate,   ct2
+                                                                               ctranslate2.Generator
+    llama-124m-generate-b16-ct2  llama-124m-generate-b16's work                the same                     ct2
+    decode-greedy-ct2            decode-greedy's work                          MarianMTModel.generate,      ct2
+                                                                               ctranslate2.Translator
+    decode-greedy-ct2-int8       the same in int8                              ctranslate2.Translator       ct2
+    decode-beam-ct2              decode-beam's work, length penalty 0.6        MarianMTModel.generate,      ct2
+                                                                               ctranslate2.Translator
+    decode-beam-ct2-int8         the same in int8                              ctranslate2.Translator       ct2
+    decode-greedy-ort            decode-greedy's work                          ours in ONNX, onnxruntime    ort
+    gpt2-generate-ort            gpt2-generate's work                          ours in ONNX, onnxruntime    ort
+
+Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf`` (the Llama cases go the other
+way: ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder); the
+``torch.nn.Transformer`` peer gets our weights copied in, and CTranslate2's models are converted from the Hugging
+Face ones. CTranslate2 and onnxruntime are optional (``pip install "aiayn[bench]"``); without them ``aiayn bench``
+skips the ``-ct2`` and ``-ort`` cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from aiayn.benchmark.cases import ct2, decoding, generation, ort, training, vision
+from aiayn.benchmark.harness import Case
+
+CASES: dict[str, Callable[[bool, torch.device], Case]] = {
+    "train-small": training.train_small,
+    "train-base": training.train_base,
+    "decode-greedy": decoding.decode_greedy,
+    "decode-beam": decoding.decode_beam,
+    "gpt2-generate": generation.gpt2_generate,
+    "gpt2-train": training.gpt2_train,
+    "llama-tiny-generate": generation.llama_tiny_generate,
+    "llama-tiny-generate-b16": generation.llama_tiny_generate_b16,
+    "llama-124m-generate": generation.llama_124m_generate,
+    "llama-124m-generate-b16": generation.llama_124m_generate_b16,
+    "swin-forward": vision.swin_forward,
+    "vit-forward": vision.vit_forward,
+    "gpt2-generate-ct2": ct2.gpt2_generate_ct2,
+    "gpt2-generate-ct2-int8": ct2.gpt2_generate_ct2_int8,
+    "llama-124m-generate-ct2": ct2.llama_124m_generate_ct2,
+    "llama-124m-generate-b16-ct2": ct2.llama_124m_generate_b16_ct2,
+    "decode-greedy-ct2": ct2.decode_greedy_ct2,
+    "decode-greedy-ct2-int8": ct2.decode_greedy_ct2_int8,
+    "decode-beam-ct2": ct2.decode_beam_ct2,
+    "decode-beam-ct2-int8": ct2.decode_beam_ct2_int8,
+    "decode-greedy-ort": ort.decode_greedy_ort,
+    "gpt2-generate-ort": ort.gpt2_generate_ort,
+}
+
+__all__ = ["CASES"]
