@@ -40,6 +40,7 @@ def test_a_short_run_learns_and_classify_reads_pngs_and_arrays(tmp_path, one_thr
         probs = [c["probability"] for c in r["top"]]
         assert len(r["top"]) == 3 and probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-6
         assert all(0 <= c["class"] < 10 for c in r["top"])
+        assert (r["label"], r["score"]) == (r["top"][0]["class"], r["top"][0]["probability"])  # transformers' names
     assert out[1]["top"][0]["class"] == out[0]["top"][0]["class"]  # inverted and resized: the same digit
     with torch.no_grad():  # the .npy gives what the model gives that image directly
         direct = aiayn.load(run).eval()(image.normalise(digits[1:2])).softmax(-1)

@@ -35,6 +35,8 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, 
     out = classify_texts(model, tok, classes, ["the 3rd of march 1999", "december 24, 2011"])
     assert [o["top"][0]["class"] for o in out] == ["jan-jun", "jul-dec"]
     assert all(0.5 < o["top"][0]["probability"] <= 1 for o in out)
+    # transformers' text-classification names beside ours: the most likely class and its probability
+    assert [(o["label"], o["score"]) for o in out] == [(o["top"][0]["class"], o["top"][0]["probability"]) for o in out]
     # aiayn evaluate on labelled data: its accuracy is the share of classify_texts' answers that are right
     texts, labels, _ = date_halves(40, seed=9)
     (tmp_path / "dates.tsv").write_text("".join(f"{classes[y]}\t{t}\n" for t, y in zip(texts, labels)))

@@ -299,3 +299,23 @@ def test_a_hugging_face_gpt2_folder_gives_transformers_attentions_and_its_words(
         theirs = hf(torch.tensor([tok.encode("The animal was tired because it was").ids]), output_attentions=True)
     torch.testing.assert_close(torch.stack(reading.weights["decoder self-attention"]), torch.cat(theirs.attentions),
                                atol=1e-6, rtol=0)
+
+
+def test_many_heads_from_one_token_wrap_into_a_grid_not_a_strip(tmp_path):
+    from PIL import Image
+
+    from aiayn.viz.attention import plot_from_token
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sat", "down"]
+    weights = [torch.rand(12, 4, 4).softmax(-1)]  # one layer of 12 heads (BERT-base's)
+
+    def size(**kw):
+        with Image.open(plot_from_token(weights, words, words, 1, tmp_path / "p.png", **kw)) as image:
+            return image.size
+
+    strip, grid, one = size(columns=12), size(), size(heads=[3])
+    assert grid[0] < strip[0] / 1.8 and grid[1] > strip[1] * 1.5  # 2 rows of 6 panels instead of 1 of 12
+    assert one[0] < grid[0] / 4  # one head: one panel, no empty columns
+    with pytest.raises(ValueError, match="columns"):
+        plot_from_token(weights, words, words, 1, tmp_path / "p.png", columns=0)

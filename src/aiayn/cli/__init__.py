@@ -389,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             p = _pipeline("classify", args.run, _run_on(args))
             top = min(args.top, len(p.parts["classes"]))
             show = args.output is not None or args.input is not None
-            found = [{"text": r["text"], "label": r["top"][0]["class"], "score": r["top"][0]["probability"],
-                      "top": r["top"]} for b in _batches(texts, args.batch_size, show) for r in p.classify(b, top=top)]
+            found = [r for b in _batches(texts, args.batch_size, show) for r in p.classify(b, top=top)]
             if args.output is not None:
                 _write(args.output, _json_lines(found))
             for r in found if args.output is None else []:

@@ -119,9 +119,10 @@ class Pipeline:
     def classify(self, images: str | list[str | os.PathLike | Tensor] | list[str], top: int = 3,
                  invert: bool | None = None) -> dict[str, Any] | list[dict[str, Any]]:
         """The ``top`` classes of each image (a file, or a ``(C, H, W)`` tensor in [0, 1]), as ``aiayn classify``
-        gives them: one ``{"top": [{"class", "probability"}, ...]}`` per image (and ``"path"`` for a file); for
-        a textclass run, of each text (``{"text", "top"}``; ``top`` at most the number of classes), where one text
-        (a string) gives one answer. An image run takes a list only (one string would be a file's name)."""
+        gives them: one ``{"label", "score", "top": [{"class", "probability"}, ...]}`` per image (and ``"path"``
+        for a file), ``label`` and ``score`` the most likely class and its probability as ``transformers``'
+        pipelines name them; for a textclass run, of each text (``{"text", "label", "score", "top"}``; ``top`` at
+        most the number of classes), where one text (a string) gives one answer. An image run takes a list only (one string would be a file's name)."""
         from aiayn.pipelines.image import classify_images, pixel_norm, read_image_file
 
         self._need("classify")

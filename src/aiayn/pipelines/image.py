@@ -91,7 +91,8 @@ def classify(run: str | os.PathLike, image_paths: list[str | os.PathLike], top: 
             (:func:`aiayn.pipelines.loading.ready`; default: a GPU if any, float32).
 
     Returns:
-        One ``{"path", "top": [{"class", "probability"}, ...]}`` per image, most likely first.
+        One ``{"path", "label", "score", "top": [{"class", "probability"}, ...]}`` per image, most likely first
+        (``label``, ``score``: the first of ``top``).
 
     Raises:
         ValueError: ``device`` names no device of this machine, a bad ``quantize``, or the run holds no
@@ -121,8 +122,9 @@ def classify_images(model: torch.nn.Module, images: list[Tensor], top: int = 3, 
                     source: str | os.PathLike = "the model",
                     norm: tuple[list[float], list[float]] | None = None) -> list[dict[str, Any]]:
     """:func:`classify` with a loaded model and images ``(C, H, W)`` in [0, 1] (:func:`read_image_file`):
-    one ``{"top": [{"class", "probability"}, ...]}`` per image. ``norm``: a converted model's ``(mean, std)``
-    (:func:`pixel_norm`); ``None``: [-1, 1], as our recipe trains."""
+    one ``{"label", "score", "top": [{"class", "probability"}, ...]}`` per image (``label`` and ``score``: the most
+    likely class and its probability, as ``transformers``' pipelines name them). ``norm``: a converted model's
+    ``(mean, std)`` (:func:`pixel_norm`); ``None``: [-1, 1], as our recipe trains."""
     cfg: Any = model.cfg  # any model's config: checked below to be a classifier's
     if not hasattr(cfg, "in_channels"):
         raise ValueError(f"{source} holds a {type(cfg).__name__} model; classify wants a ViT or Swin run")
@@ -139,8 +141,9 @@ def classify_images(model: torch.nn.Module, images: list[Tensor], top: int = 3, 
         batch = (batch - mean) / std
     probs = model(batch).softmax(-1)  # (N, K)
     p, idx = probs.topk(min(top, cfg.num_classes), dim=-1)
-    return [{"top": [{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]}
-            for ci, pi in zip(idx.tolist(), p.tolist())]
+    found = [[{"class": int(c), "probability": round(float(q), 4)} for c, q in zip(ci, pi)]
+             for ci, pi in zip(idx.tolist(), p.tolist())]
+    return [{"label": top[0]["class"], "score": top[0]["probability"], "top": top} for top in found]
 
 
 __all__ = ["classify", "classify_images", "pixel_norm", "predict", "prepare", "read_image_file"]

@@ -128,17 +128,20 @@ def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
 def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[str],
                    top: int = 1, max_len: int | None = None) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each text under a loaded classifier: one
-    ``{"text", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images get them). Texts
-    are cut to ``max_len`` tokens (a run's :func:`text_length`; default the model's positions)."""
+    ``{"text", "label", "score", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images
+    get them); ``label`` and ``score`` are the most likely class and its probability, under the names
+    ``transformers``' text-classification pipeline gives them. Texts are cut to ``max_len`` tokens (a run's
+    :func:`text_length`; default the model's positions)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
     if not 1 <= top <= len(classes):
         raise ValueError(f"top must be in [1, {len(classes)}], got {top}")
     probs = predict(model, encode(tok, texts, max_len or longest(model.cfg)), pad_of(tok)).softmax(-1)
     best = probs.topk(top, dim=-1)
-    return [{"text": text, "top": [{"class": classes[i], "probability": p}
-                                   for p, i in zip(values.tolist(), index.tolist())]}
-            for text, values, index in zip(texts, best.values, best.indices)]
+    found = [[{"class": classes[i], "probability": p} for p, i in zip(values.tolist(), index.tolist())]
+             for values, index in zip(best.values, best.indices)]
+    return [{"text": text, "label": top[0]["class"], "score": top[0]["probability"], "top": top}
+            for text, top in zip(texts, found)]
 
 
 __all__ = [

@@ -187,25 +187,38 @@ def plot_from_token(
     *,
     layers: Sequence[int] | None = None,
     heads: Sequence[int] | None = None,
+    columns: int = 6,
 ) -> Path:
-    """Where one token looks: :func:`draw_from_token` for query ``index``, one panel per (layer, head), rows
-    layers and columns heads.
+    """Where one token looks: :func:`draw_from_token` for query ``index``, one panel per (layer, head): each layer
+    starts a row, its heads left to right, wrapped after ``columns`` panels (BERT-base's 12 heads are two rows of
+    6, not a strip 30 panels wide).
 
     Args:
         weights: per layer, ``(H, T, S)`` attention weights of one example.
         queries, keys: the T and S tokens.
         index: the query token whose attention is drawn (:func:`find_token` finds it from a word).
-        layers, heads: the layers (rows) and heads (columns) to draw, by index (default all).
+        layers, heads: the layers and heads to draw, by index (default all).
+        columns: the most panels in a row.
+
+    Raises:
+        ValueError: ``columns`` below 1.
     """
+    if columns < 1:
+        raise ValueError(f"columns must be >= 1, got {columns}")
     plt = pyplot()
     rows = list(range(len(weights))) if layers is None else list(layers)
     cols = list(range(weights[0].size(0))) if heads is None else list(heads)
+    width = min(columns, len(cols))
+    per_layer = -(-len(cols) // width)  # the rows one layer's heads take
     n = max(len(queries), len(keys))
-    fig, axes = plt.subplots(len(rows), len(cols), figsize=(0.4 + 2.4 * len(cols), 0.5 + len(rows) * (0.6 + 0.19 * n)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(rows) * per_layer, width, squeeze=False,
+                             figsize=(0.4 + 2.4 * width, 0.5 + len(rows) * per_layer * (0.6 + 0.19 * n)))
+    for ax in axes.flat:
+        ax.axis("off")  # a last row a layer's heads do not fill stays blank
     for r, layer in enumerate(rows):
-        for c, h in enumerate(cols):
-            draw_from_token(axes[r][c], queries, keys, index, weights[layer][h, index, : len(keys)],
+        for i, h in enumerate(cols):
+            ax = axes[r * per_layer + i // width][i % width]
+            draw_from_token(ax, queries, keys, index, weights[layer][h, index, : len(keys)],
                             title=f"{row_label} {layer} head {h}")
     if title:
         fig.suptitle(title, fontsize=9)
