@@ -47,3 +47,20 @@ def test_the_walkthrough_runs_and_every_check_in_it_passes():
     run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("  ok: ") == 7 and "done: every step above matched the library" in run.stdout
+
+
+def test_the_quickstart_notebook_runs_every_cell_headless(monkeypatch):
+    """docs/quickstart.ipynb: train, translate, draw attention, embed with MiniLM, export to transformers and
+    generate the same text there; with fewer updates than a reader's run (the notebook reads
+    ``AIAYN_QUICKSTART_STEPS``). Its own asserts (transformers writes what we write) run in the kernel."""
+    nbformat = pytest.importorskip("nbformat", reason="needs nbclient and ipykernel (the test extras)")
+    nbclient = pytest.importorskip("nbclient", reason="needs nbclient and ipykernel (the test extras)")
+    pytest.importorskip("ipykernel", reason="needs nbclient and ipykernel (the test extras)")
+    monkeypatch.setenv("AIAYN_QUICKSTART_STEPS", "20")
+    notebook = nbformat.read(ROOT / "docs" / "quickstart.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()  # raises on a failing cell
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "greedy" in text and "torch.Size([3, 384])" in text and "GPT2LMHeadModel" in text
+    assert any(o.output_type == "display_data" and "image/png" in o.data for o in outputs)  # the attention picture
