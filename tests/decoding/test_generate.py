@@ -198,3 +198,22 @@ def test_bad_arguments_are_named(marian):
     for beams in (1, 2):
         with pytest.raises(ValueError, match=r"max_len=30 target tokens .* exceed the decoder's 8 learned positions"):
             bart.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=30, num_beams=beams)
+
+
+def test_num_return_sequences_draws_each_input_that_many_times_in_transformers_order():
+    hf = gpt2()
+    ours = aiayn.from_hf(hf)
+    ids, mask = prompts()
+    greedy_rows = ours.generate(ids, attention_mask=mask, max_new_tokens=6, pad_token_id=0)
+    # top_k=1 draws the greedy token: row i * 3 + j is input i's, whatever the generator
+    drawn = ours.generate(ids, attention_mask=mask, max_new_tokens=6, pad_token_id=0, do_sample=True, top_k=1,
+                          num_return_sequences=3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, greedy_rows.repeat_interleave(3, dim=0))
+    wide = ours.generate(ids, attention_mask=mask, max_new_tokens=6, pad_token_id=0, do_sample=True,
+                         temperature=2.0, top_k=None, num_return_sequences=4,
+                         generator=torch.Generator().manual_seed(0))
+    assert wide.shape == (12, 12) and torch.equal(wide[:, :6], ids.repeat_interleave(4, dim=0))
+    assert all(len({tuple(r) for r in wide[i * 4:(i + 1) * 4, 6:].tolist()}) > 1 for i in range(3))  # 4 draws each
+    for model in (hf, ours):  # greedy gives one sequence per input, in transformers as here
+        with pytest.raises(ValueError, match="num_return_sequences"):
+            model.generate(ids, attention_mask=mask, max_new_tokens=3, pad_token_id=0, num_return_sequences=2)

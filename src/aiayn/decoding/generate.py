@@ -70,6 +70,8 @@ def generate(
             or the start token (an encoder-decoder) too.
         do_sample, temperature, top_k, top_p: draw each token (temperature first, then top-k, then top-p).
         num_beams, length_penalty, early_stopping: beam search (:func:`~aiayn.decoding.beam_search`).
+        num_return_sequences: with ``do_sample``, how many sequences each input draws: rows ``i * n`` to
+            ``i * n + n - 1`` of the result are input ``i``'s (as ``transformers`` orders them).
         eos_token_id, decoder_start_token_id: must be the model's own (its config's); ``eos_token_id``
             may be set for a language model whose config has another, or a list of ids that each end a row
             (a language model's default: its ``eos_id`` and ``stop_ids``, as Llama 3's chat models list three).
@@ -79,7 +81,8 @@ def generate(
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
-        encoder-decoder (the start token, then the new tokens).
+        encoder-decoder (the start token, then the new tokens); ``B * num_return_sequences`` rows when sampling
+        several.
 
     Raises:
         TypeError: an argument ``transformers`` has that is not supported here (named).
@@ -88,9 +91,13 @@ def generate(
     if unsupported:
         raise TypeError(f"generate() does not support {', '.join(sorted(unsupported))}; it takes max_new_tokens, "
                         f"max_length, do_sample, num_beams, temperature, top_k, top_p, length_penalty, "
-                        f"early_stopping, eos_token_id, pad_token_id, decoder_start_token_id, use_cache, generator")
-    if num_return_sequences != 1:
-        raise ValueError(f"num_return_sequences={num_return_sequences}: only 1 is supported")
+                        f"early_stopping, num_return_sequences, eos_token_id, pad_token_id, "
+                        f"decoder_start_token_id, use_cache, generator")
+    if num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    if num_return_sequences > 1 and not do_sample:  # as transformers: one search gives one answer per input here
+        raise ValueError(f"num_return_sequences={num_return_sequences} needs do_sample=True (greedy decoding and "
+                         f"beam search give one sequence per input here)")
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if do_sample and num_beams > 1:
@@ -100,6 +107,10 @@ def generate(
     if do_sample and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] when sampling, got {top_p}")
     check_ids(input_ids, 0, "input_ids", values=False)
+    if num_return_sequences > 1:  # each input drawn from that many times, its rows together (transformers' order)
+        input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
+        if attention_mask is not None:
+            attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
     cfg: Any = getattr(model, "cfg", None)
     sampling: dict[str, Any] | None = None
     if do_sample:
