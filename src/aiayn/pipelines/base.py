@@ -122,7 +122,8 @@ class Pipeline:
         gives them: one ``{"label", "score", "top": [{"class", "probability"}, ...]}`` per image (and ``"path"``
         for a file), ``label`` and ``score`` the most likely class and its probability as ``transformers``'
         pipelines name them; for a textclass run, of each text (``{"text", "label", "score", "top"}``; ``top`` at
-        most the number of classes), where one text (a string) gives one answer. An image run takes a list only (one string would be a file's name)."""
+        most the number of classes), where one text (a string) gives one answer. An image run takes a list only
+        (one string would be a file's name)."""
         from aiayn.pipelines.image import classify_images, pixel_norm, read_image_file
 
         self._need("classify")
