@@ -61,7 +61,7 @@ def test_generate_writes_json_lines_of_each_prompt(small, tmp_path):
                  "--max-new-tokens", "4", "--temperature", "0"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     p = aiayn.pipeline(run)
-    assert rows == [{"prompt": t, "text": p.generate(t, max_new_tokens=4, temperature=0)} for t in prompts]
+    assert rows == [{"prompt": t, "text": p.generate(t, max_new_tokens=4, do_sample=False)} for t in prompts]
 
 
 def test_embed_writes_npy_or_json_lines(small, tmp_path):

@@ -64,10 +64,10 @@ def test_translation_functions_give_the_same_output_on_every_cpu_spelling(runs, 
 def test_lm_functions_give_the_same_output_on_every_cpu_spelling(runs, inputs):
     run = runs["lm"]
     greedy = same_for_every_cpu_spelling(
-        lambda kw: list(lm.generate(run, "1 May 1990 =", max_new_tokens=12, temperature=0, **kw)))
+        lambda kw: list(lm.generate(run, "1 May 1990 =", max_new_tokens=12, do_sample=False, **kw)))
     assert greedy and all(isinstance(p, str) for p in greedy)
     assert same_for_every_cpu_spelling(  # a seeded sample: the generator lives on the model's device
-        lambda kw: "".join(lm.generate(run, "1 May", max_new_tokens=12, temperature=0.8, seed=3, **kw)))
+        lambda kw: "".join(lm.generate(run, "1 May", max_new_tokens=12, do_sample=True, temperature=0.8, seed=3, **kw)))
     scores = same_for_every_cpu_spelling(lambda kw: lm.perplexity(run, inputs["text"], **kw))
     assert scores["tokens"] > 0 and math.isclose(scores["perplexity"], math.exp(scores["loss"]))
 
@@ -194,6 +194,6 @@ def test_a_gpu_decodes_greedily_as_the_cpu_does(runs, exact_cuda):
         model, tok = lm.load_lm_run(run, device=where)
         ids[where] = sample(model, [tok.encode(p) for p in prompts], 20, temperature=0.0, eos_id=tok.eos_id)
     assert ids["cuda"] == ids["cpu"]  # token for token
-    pieces = {where: list(lm.generate(run, prompts[0], max_new_tokens=20, temperature=0, device=where))
+    pieces = {where: list(lm.generate(run, prompts[0], max_new_tokens=20, do_sample=False, device=where))
               for where in ("cuda", "cpu")}
     assert pieces["cuda"] == pieces["cpu"]

@@ -65,9 +65,9 @@ def short_lm_run(tmp_path_factory):
 
 def test_generate_streams_and_stops_at_a_stop_string(short_lm_run):
     run = short_lm_run["run"]
-    pieces = list(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))
+    pieces = list(generate(run, "21.03.1948 =", max_new_tokens=30, do_sample=False, stop=["\n"]))
     assert len(pieces) > 3 and "\n" not in "".join(pieces)
-    same = "".join(generate(run, "21.03.1948 =", max_new_tokens=30, temperature=0, stop=["\n"]))
+    same = "".join(generate(run, "21.03.1948 =", max_new_tokens=30, do_sample=False, stop=["\n"]))
     assert same == "".join(pieces)
     seeded = [run_cli("generate", "--run", str(run), "--prompt", "1 May", "--max-new-tokens", "40",
                       "--seed", "3").stdout for _ in range(2)]
@@ -160,11 +160,17 @@ def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):
     tok.save(tmp_path / "hf" / "tokenizer.json")
     out = run_cli("convert", "hf-gpt2", str(tmp_path / "hf"), str(tmp_path / "run"))
     assert out.returncode == 0, out.stderr
-    text = "".join(generate(tmp_path / "run", "the quick", max_new_tokens=10, temperature=0))
+    text = "".join(generate(tmp_path / "run", "the quick", max_new_tokens=10, do_sample=False))
     prompt = torch.tensor([tok.encode("the quick")])
     expected = hf.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=2)
     assert text == tok.decode(expected[0, prompt.size(1):].tolist())
     p = aiayn.pipeline(tmp_path / "hf")  # the Hugging Face folder itself, converted in memory
-    assert p.task == "generate" and p.generate("the quick", max_new_tokens=10, temperature=0) == text
+    assert p.task == "text-generation" and p.generate("the quick", max_new_tokens=10, do_sample=False) == text
+    # called, it answers what transformers' own text-generation pipeline answers on the same folder
+    theirs = transformers.pipeline("text-generation", model=hf, tokenizer=transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp_path / "hf" / "tokenizer.json")))
+    options = {"max_new_tokens": 10, "do_sample": False}
+    assert p("the quick", **options) == theirs("the quick", **options, pad_token_id=0) == [
+        {"generated_text": "the quick" + text}]
     bad = run_cli("convert", "hf-marian", str(tmp_path / "hf"), str(tmp_path / "x"))
     assert bad.returncode == 2 and "holds a 'gpt2' model, not 'marian'" in bad.stderr

@@ -43,7 +43,7 @@ def printed(capsys, *argv):
 def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int8, quantized, monkeypatch):
     run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:4]]
     p = aiayn.pipeline(run, quantize="int8" if int8 else None)
-    assert p.task == "translate" and int8_model(p.model, int8)
+    assert p.task == "translation" and int8_model(p.model, int8)
     searches, real = [], translation.beam_search  # which model each beam search ran, with how many beams
     monkeypatch.setattr(translation, "beam_search", lambda model, src, beam=4, **k: searches.append(
         (model, beam)) or real(model, src, beam=beam, **k))
@@ -59,15 +59,39 @@ def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int
     assert quantized == (["Transformer"] * 5 if int8 else [])  # the pipeline, then each function and command
 
 
+def test_translate_n_best_gives_the_best_beams_best_first(runs, inputs, capsys):
+    from aiayn.decoding import beam_search
+    from aiayn.pipelines.translation import load_run
+
+    run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:3]]
+    p = aiayn.pipeline(run)
+    best = p.translate(texts, beam=3, num_return_sequences=3)
+    assert [n[0] for n in best] == p.translate(texts, beam=3)  # the first is the one beam search gives
+    model, src_tok, tgt_tok = load_run(run)
+    for text in texts:  # each text alone: its 3 best beams, best first, as beam search ranks them
+        ids = beam_search(model, torch.tensor([src_tok.encode(text) + [src_tok.eos_id]]), beam=3,
+                          num_return_sequences=3)
+        assert p.translate(text, beam=3, num_return_sequences=3) == [tgt_tok.decode(r) for r in ids.tolist()]
+    assert p.translate(texts[0], beam=3, num_return_sequences=2) == p.translate(texts[0], beam=3,
+                                                                               num_return_sequences=3)[:2]
+    out = printed(capsys, "translate", "--run", run, "--beam", 3, "--n-best", 3, *texts)
+    assert out.splitlines() == [f"{s} -> {h}" for s, n in zip(texts, best) for h in n]
+    with pytest.raises(ValueError, match="num_return_sequences must be between 1 and beam=2"):
+        p.translate(texts, beam=2, num_return_sequences=3)
+    with pytest.raises(SystemExit):
+        main(["translate", "--run", str(run), "--n-best", "2", "x"])
+    assert "--n-best 2 needs a beam at least as wide" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
 def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int8, quantized):
     run, q = runs["lm"], "int8" if int8 else None
     p = aiayn.pipeline(run, quantize=q)
-    assert p.task == "generate" and int8_model(p.model, int8)
-    text = p.generate("1 May", max_new_tokens=12, temperature=0.0)
+    assert p.task == "text-generation" and int8_model(p.model, int8)
+    text = p.generate("1 May", max_new_tokens=12, do_sample=False)
     assert isinstance(text, str)
-    assert text == "".join(lm.generate(run, "1 May", max_new_tokens=12, temperature=0.0, quantize=q))
-    assert "".join(p.generate("1 May", max_new_tokens=12, temperature=0.0, stream=True)) == text
+    assert text == "".join(lm.generate(run, "1 May", max_new_tokens=12, do_sample=False, quantize=q))
+    assert "".join(p.generate("1 May", max_new_tokens=12, do_sample=False, stream=True)) == text
     assert p.generate(["1 May", "3 June"], max_new_tokens=5, seed=1) == [
         "".join(lm.generate(run, prompt, max_new_tokens=5, seed=1, quantize=q)) for prompt in ("1 May", "3 June")]
     flags = ["--int8"] if int8 else []
@@ -81,7 +105,7 @@ def test_generate_equals_the_command_and_streams_the_same_text(runs, capsys, int
 def test_embed_equals_the_command(runs, capsys, int8, quantized):
     run, q, texts = runs["mlm"], "int8" if int8 else None, ["one two", "three four five"]
     p = aiayn.pipeline(run, quantize=q)
-    assert p.task == "embed" and int8_model(p.model, int8)
+    assert p.task == "feature-extraction" and int8_model(p.model, int8)
     vectors = p.embed(texts)
     torch.testing.assert_close(vectors, embed.embed(run, texts, quantize=q), rtol=0, atol=0)
     out = printed(capsys, "embed", "--model", run, *(["--int8"] if int8 else []), *texts)
@@ -96,7 +120,7 @@ def test_embed_equals_the_command(runs, capsys, int8, quantized):
 def test_classify_and_detect_equal_the_commands(runs, inputs, capsys, int8, tmp_path, quantized):
     q = "int8" if int8 else None
     p = aiayn.pipeline(runs["image"], quantize=q)
-    assert p.task == "classify" and int8_model(p.model, int8)
+    assert p.task == "image-classification" and int8_model(p.model, int8)
     found = p.classify(inputs["images"], top=2)
     assert found == image.classify(runs["image"], inputs["images"], top=2, quantize=q)
     assert [r["top"] for r in aiayn.pipeline(runs["image"]).classify([image.read_image_file(inputs["images"][0])])] \
@@ -106,7 +130,7 @@ def test_classify_and_detect_equal_the_commands(runs, inputs, capsys, int8, tmp_
     assert len(out.splitlines()) == 2 and out.splitlines()[0].startswith(f"{inputs['images'][0]}: ")
     assert len(quantized) == (3 if int8 else 0)  # the pipeline, the function and the command: float ones after
     p = aiayn.pipeline(runs["detect"], quantize=q)
-    assert p.task == "detect" and int8_model(p.model, int8)
+    assert p.task == "object-detection" and int8_model(p.model, int8)
     boxes = p.detect([inputs["shapes"]], threshold=0.0)
     assert boxes == [detect.detect(runs["detect"], inputs["shapes"], threshold=0.0, out=tmp_path / "d.png",
                                    verbose=False, quantize=q)["detections"]]
@@ -139,7 +163,7 @@ def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
         aiayn.pipeline(runs["lm"], weights="average.safetensors")
     with pytest.raises(FileNotFoundError):
         aiayn.pipeline(runs["lm"] / "nothing")
-    assert aiayn.pipeline(runs["denoise"]).task == "translate"
+    assert aiayn.pipeline(runs["denoise"]).task == "translation"
     with pytest.raises(ValueError, match="not a quantized one"):
         aiayn.save(aiayn.pipeline(runs["lm"], quantize="int8").model, runs["lm"].parent / "int8-copy")
     with pytest.raises(TypeError, match="images must be a list"):

@@ -47,7 +47,11 @@ def test_a_classifier_learns_the_made_up_half_years_well_above_chance(tmp_path, 
     printed = capsys.readouterr().out
     assert f"accuracy       {scores['accuracy']:.4f}" in printed and "precision" in printed
     p = aiayn.pipeline(run)  # the pipeline's classify takes texts from a textclass run
-    assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
+    found = classify_texts(model, tok, classes, texts[:5], 2)
+    assert p.task == "text-classification" and p.classify(texts[:5], top=2) == found
+    # called, as transformers' text-classification pipeline answers: the best class, or the top_k best
+    assert p(texts[:5]) == [{"label": f["label"], "score": f["score"]} for f in found]
+    assert p(texts[0], top_k=2) == [{"label": c["class"], "score": c["probability"]} for c in found[0]["top"]]
 
 
 def test_evaluate_and_classify_cut_texts_where_training_cut_them(tmp_path):
@@ -94,7 +98,8 @@ def test_a_gpt_classifier_reads_the_last_token_and_learns_the_half_years(tmp_pat
     assert main(["evaluate", "--run", str(run), "--data", str(tmp_path / "dates.tsv")]) == 0
     assert f"accuracy       {scores['accuracy']:.4f}" in capsys.readouterr().out
     p = aiayn.pipeline(run)  # a GPT textclass run classifies texts, not generates
-    assert p.task == "classify" and p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
+    assert p.task == "text-classification"
+    assert p.classify(texts[:5], top=2) == classify_texts(model, tok, classes, texts[:5], 2)
 
 
 def test_a_gpt_lm_run_fine_tunes_as_a_gpt_classifier(runs, tmp_path):

@@ -211,7 +211,7 @@ def test_convert_keeps_the_tokenizers_in_the_run(marian, run):
     src, tgt = load_tokenizer(run / "src_tokenizer.json"), load_tokenizer(run / "tgt_tokenizer.json")
     assert isinstance(src, SentencePieceTokenizer) and src.model_file.name == "source.spm"
     assert isinstance(tgt, SentencePieceTokenizer) and tgt.model_file.name == "target.spm"
-    assert aiayn.pipeline(run).task == "translate"
+    assert aiayn.pipeline(run).task == "translation"
     out = run.parent / "plain-hf"  # `aiayn convert hf` (the folder's own model type) does the same
     assert main(["convert", str(folder), str(out)]) == 0
     assert json.loads((out / "tgt_tokenizer.json").read_text()) == json.loads((run / "tgt_tokenizer.json").read_text())
@@ -281,4 +281,4 @@ def test_evaluate_scores_a_converted_marian_with_sacrebleu(marian, run, capsys, 
 def test_a_pipeline_on_the_hugging_face_folder_translates_as_the_converted_run(marian, run, capsys):
     texts = [s for s, _ in PAIRS[:6]]
     p = aiayn.pipeline(marian[0])
-    assert p.task == "translate" and p.translate(texts) == translated(capsys, run, texts)
+    assert p.task == "translation" and p.translate(texts) == translated(capsys, run, texts)

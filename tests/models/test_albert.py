@@ -288,7 +288,7 @@ def test_a_saved_albert_run_embeds_its_texts(tmp_path):
     aiayn.save(model, tmp_path)
     tok.save(tmp_path / "tokenizer.json")
     p = aiayn.pipeline(tmp_path)
-    assert p.task == "embed" and type(p.model) is ALBERT
+    assert p.task == "feature-extraction" and type(p.model) is ALBERT
     ids, types, mask = tok.batch(TEXTS)
     with torch.no_grad():
         expected = embedded_by_hand(model(ids, types, mask), mask)
@@ -302,7 +302,7 @@ def test_a_hugging_face_albert_folder_embeds_as_its_hidden_states_pooled_by_hand
     hf.save_pretrained(tmp_path)
     tok.save(tmp_path / "tokenizer.json")
     p = aiayn.pipeline(tmp_path)
-    assert p.task == "embed" and type(p.model) is ALBERT
+    assert p.task == "feature-extraction" and type(p.model) is ALBERT
     ids, types, mask = tok.batch(TEXTS)
     with torch.no_grad():
         hidden = hf(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
@@ -327,5 +327,5 @@ def test_a_tiny_albert_fine_tunes_as_a_text_classifier(tmp_path):
             assert torch.equal(value, start[name]), name
     assert not torch.equal(end["pooler.weight"], start["pooler.weight"])
     p = aiayn.pipeline(run)
-    assert p.task == "classify" and type(p.model) is ALBERT
+    assert p.task == "text-classification" and type(p.model) is ALBERT
     assert [o["text"] for o in p.classify(TEXTS[:2])] == TEXTS[:2]

@@ -264,7 +264,7 @@ def test_a_saved_distilbert_and_a_hugging_face_folder_embed_as_mean_pooling_by_h
     aiayn.save(model, tmp_path / "run")
     tok.save(tmp_path / "run" / "tokenizer.json")
     p = aiayn.pipeline(tmp_path / "run")
-    assert p.task == "embed" and type(p.model) is DistilBERT
+    assert p.task == "feature-extraction" and type(p.model) is DistilBERT
     with torch.no_grad():
         expected = by_hand(model(ids, attention_mask=mask), mask)
     torch.testing.assert_close(p.embed(TEXTS), expected, atol=1e-6, rtol=0)
@@ -274,7 +274,7 @@ def test_a_saved_distilbert_and_a_hugging_face_folder_embed_as_mean_pooling_by_h
     hf.save_pretrained(tmp_path / "hf")
     tok.save(tmp_path / "hf" / "tokenizer.json")
     p = aiayn.pipeline(tmp_path / "hf")  # converted in memory
-    assert p.task == "embed" and type(p.model) is DistilBERT
+    assert p.task == "feature-extraction" and type(p.model) is DistilBERT
     with torch.no_grad():
         expected = by_hand(hf(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
     torch.testing.assert_close(p.embed(TEXTS), expected, atol=1e-5, rtol=1e-5)

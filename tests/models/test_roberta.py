@@ -278,7 +278,7 @@ def test_a_roberta_folder_embeds_as_transformers_mean_pooled_by_hand(kind, wordp
     model.save_pretrained(folder, format="aiayn" if kind == "run" else "hf")
     wordpiece.save(folder / "tokenizer.json")
     p = aiayn.pipeline(folder)
-    assert p.task == "embed" and type(p.model) is RoBERTa
+    assert p.task == "feature-extraction" and type(p.model) is RoBERTa
     got = p.embed(TEXTS)
     hf = transformers.RobertaModel.from_pretrained(to_hf(model, tmp_path / "reference")).eval()
     ids, _, mask = wordpiece.batch(TEXTS)

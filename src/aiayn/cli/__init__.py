@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from aiayn import __version__
+from aiayn.defaults import TEXT_GENERATION as LM
 from aiayn.viz.files import WHATS
 
 
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("translate", help="translate text with a saved run")
     tr.add_argument("--run", required=True, help="run folder written by `aiayn train`")
     tr.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    tr.add_argument("--n-best", type=int, default=1, help="the best N beams of each text, best first, on N lines "
+                                                          "(at most --beam)")
     tr.add_argument("--device", default=None, help=DEVICE_HELP)
     tr.add_argument("--int8", action="store_true", help=INT8_HELP)
     tr.add_argument("text", nargs="*", help="sentences to translate; none: the lines of --input, else of standard "
@@ -86,11 +89,19 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="continue a prompt with a language model, streaming the text")
     g.add_argument("--run", required=True, help="run folder of `aiayn train --task lm` or `aiayn convert`")
     g.add_argument("--prompt", default="", help="text to continue (default: none, start from end-of-text)")
-    g.add_argument("--max-new-tokens", type=int, default=200, help="tokens made after the prompt, at most")
-    g.add_argument("--temperature", type=float, default=0.8, help="0 is greedy")
-    g.add_argument("--top-k", type=int, default=None, help="sample among the K most likely tokens only")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep the most likely tokens "
-                                                               "whose probabilities sum to P")
+    g.add_argument("--max-new-tokens", type=int, default=LM["max_new_tokens"], help="tokens made after the prompt, "
+                                                                                 "at most")
+    g.add_argument("--temperature", type=float, default=LM["temperature"], help="divides the logits; 0 is greedy")
+    g.add_argument("--top-k", type=int, default=LM["top_k"], help="sample among the K most likely tokens only "
+                                                                  "(0: all)")
+    g.add_argument("--top-p", type=float, default=LM["top_p"], help="nucleus sampling: keep the most likely tokens "
+                                                                    "whose probabilities sum to P")
+    g.add_argument("--repetition-penalty", type=float, default=LM["repetition_penalty"],
+                   help="divide the logits of tokens already in the text by it (CTRL's penalty; 1: none)")
+    g.add_argument("--no-repeat-ngram-size", type=int, default=LM["no_repeat_ngram_size"],
+                   help="never repeat an n-gram of this size (0: no ban)")
+    g.add_argument("--min-new-tokens", type=int, default=LM["min_new_tokens"],
+                   help="tokens made before the end-of-text token may come")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
@@ -179,6 +190,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "run's training history; `aiayn viz WHAT --help` lists WHAT's flags")
     v.add_argument("what", choices=list(WHATS))
     _viz_flags(v, "all")
+
+    from aiayn.cli import serve  # its flags; Starlette and uvicorn are imported only when it runs
+
+    serve.add_parser(sub)
     return p
 
 
@@ -314,19 +329,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(rest)
         elif args.command == "translate":
-            _positive(parser, args, "beam")
+            _positive(parser, args, "beam", "n_best")
+            if args.n_best > args.beam:
+                parser.error(f"--n-best {args.n_best} needs a beam at least as wide (--beam {args.beam})")
             texts = _texts(parser, args, args.text)
             p = _pipeline("translate", args.run, _run_on(args))
             show = args.output is not None or args.input is not None
-            hyps = [h for b in _batches(texts, args.batch_size, show) for h in p.translate(b, beam=args.beam)]
+            hyps = [h for b in _batches(texts, args.batch_size, show)
+                    for h in p.translate(b, beam=args.beam, num_return_sequences=args.n_best)]
+            best = [h if isinstance(h, list) else [h] for h in hyps]  # each text's n best
             if args.output is not None:
-                _write(args.output, "".join(h + "\n" for h in hyps))
+                _write(args.output, "".join(h + "\n" for n in best for h in n))
             elif args.text:
-                for src, hyp in zip(texts, hyps):
-                    print(f"{src} -> {hyp}")
-            else:  # a filter: one translation per input line, in order
-                for hyp in hyps:
-                    print(hyp)
+                for src, n in zip(texts, best):
+                    print("\n".join(f"{src} -> {h}" for h in n))
+            else:  # a filter: one translation per input line (n with --n-best), in order
+                for n in best:
+                    print("\n".join(n))
         elif args.command == "evaluate":
             from aiayn.recipes.evaluate import evaluate
 
@@ -338,18 +357,21 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
             _positive(parser, args, "max_new_tokens")
+            options = {"stop": args.stop, "seed": args.seed, "do_sample": args.temperature > 0,
+                       **{k: getattr(args, k) for k in ("max_new_tokens", "top_k", "top_p", "repetition_penalty",
+                                                        "no_repeat_ngram_size", "min_new_tokens")}}
+            if args.temperature > 0:
+                options["temperature"] = args.temperature
             if args.input is None and args.output is None:  # one prompt, streamed
                 from aiayn.pipelines.lm import generate
 
-                print_stream(generate(args.run, args.prompt, args.max_new_tokens, args.temperature, args.top_k,
-                                      args.top_p, args.stop, args.seed, **_run_on(args)))
+                print_stream(generate(args.run, args.prompt, **options, **_run_on(args)))
                 return 0
             if args.input is not None and args.prompt:
                 parser.error("give one --prompt or --input FILE of prompts, not both")
             prompts = _texts(parser, args, [] if args.input is not None else [args.prompt])
             p = _pipeline("generate", args.run, _run_on(args))
-            rows = [{"prompt": prompt, "text": p.generate(prompt, args.max_new_tokens, args.temperature, args.top_k,
-                                                          args.top_p, args.stop, args.seed)}
+            rows = [{"prompt": prompt, "text": p.generate(prompt, **options)}
                     for batch in _batches(prompts, 1, show=True, unit="prompt") for prompt in batch]
             if args.output is not None:
                 _write(args.output, _json_lines(rows))
@@ -453,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
             rounds = {} if args.rounds is None else {"rounds": args.rounds}
             run_bench(args.cases or None, out=args.out, threads=args.threads, quick=args.quick, docs=args.docs,
                       device=args.device, **rounds)
+        elif args.command == "serve":
+            from aiayn.cli import serve
+
+            return serve.run(args)
         elif args.command == "viz":
             from aiayn.viz.files import viz
 
@@ -593,30 +619,32 @@ def _is_textclass(run: str) -> bool:
     return family_of(saved_config(folder)).inputs == "text"
 
 
-def _pipeline(task: str, source: str, run_on: dict[str, Any]) -> Any:
-    """A :class:`aiayn.pipelines.Pipeline` that does ``task`` with the model of ``source``, loaded by the loader
-    the command used before it worked through files (so a wrong folder is refused with the same message)."""
+def _pipeline(method: str, source: str, run_on: dict[str, Any]) -> Any:
+    """A :class:`aiayn.pipelines.Pipeline` whose ``method`` the command calls, with the model of ``source``, loaded
+    by the loader the command used before it worked through files (so a wrong folder is refused with the same
+    message)."""
     from aiayn.pipelines import Pipeline
 
-    if task == "translate":
+    if method == "translate":
         from aiayn.pipelines.translation import load_run
 
         model, src_tok, tgt_tok = load_run(source, **run_on)
-        return Pipeline(task, model, Path(source), src_tok=src_tok, tgt_tok=tgt_tok)
-    if task == "generate":
+        return Pipeline("translation", model, Path(source), src_tok=src_tok, tgt_tok=tgt_tok)
+    if method == "generate":
         from aiayn.pipelines.lm import load_lm_run
 
         model, tok = load_lm_run(source, **run_on)
-        return Pipeline(task, model, Path(source), tok=tok)
-    if task == "embed":
+        return Pipeline("text-generation", model, Path(source), tok=tok)
+    if method == "embed":
         from aiayn.pipelines.embed import load_bert
 
         model, tok, max_len = load_bert(source, **run_on)
-        return Pipeline(task, model, Path(source), tok=tok, max_len=max_len)
+        return Pipeline("feature-extraction", model, Path(source), tok=tok, max_len=max_len)
     from aiayn.pipelines.textclass import load_classifier, text_length
 
     model, tok, classes = load_classifier(source, **run_on)
-    return Pipeline("classify", model, Path(source), tok=tok, classes=classes, max_len=text_length(source, model))
+    return Pipeline("text-classification", model, Path(source), tok=tok, classes=classes,
+                    max_len=text_length(source, model))
 
 
 def _refused(command: str, e: BaseException) -> int:

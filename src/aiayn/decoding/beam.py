@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.decoding.greedy import EncoderDecoder, check_every, check_src, in_eval_mode, target_len, trim
+from aiayn.decoding.processing import Processing
 from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
 from aiayn.layers.embedding import check_ids
 
@@ -73,18 +74,23 @@ def _search(
     early_stopping: bool | str,
     blocked: int | None,
     device: torch.device,
+    process: Callable[[Tensor, Tensor], Tensor] | None = None,
+    n_best: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(A*K, V)`` of the
     live hypotheses ``seqs`` ``(A*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far) of the ``A``
     sentences still searched; ``reorder(rows, fewer)`` makes the model's rows (its cache, and with ``fewer``
     its source) the ``rows`` given: the surviving beams, and with ``fewer`` only those of sentences not done,
-    so a finished sentence is not computed any further. Returns ``(ids (B, L), sums (B,))``, the best
-    hypothesis per sentence without ``first_id`` and its summed log-probability."""
+    so a finished sentence is not computed any further; ``process(logp, seqs)`` changes the log-probabilities
+    ``(A*K, V)`` before they are ranked (a repetition penalty, ...). Returns ``(ids (B*n, L), sums (B*n,))``, the
+    ``n_best`` best hypotheses of each sentence, best first (rows ``b*n .. b*n + n - 1`` are sentence ``b``'s),
+    without ``first_id``, and their summed log-probabilities."""
     K = beam
     neg_inf = float("-inf")
     active = torch.arange(batch, device=device)  # (A,) the sentences still searched
-    out_ids = torch.full((batch, max_len), pad_id, dtype=torch.long, device=device)  # (B, max_len)
-    out_sum = torch.full((batch,), neg_inf, device=device)  # (B,)
+    n = n_best
+    out_ids = torch.full((batch, n, max_len), pad_id, dtype=torch.long, device=device)  # (B, n, max_len)
+    out_sum = torch.full((batch, n), neg_inf, device=device)  # (B, n)
     seqs = torch.full((batch * K, 1), first_id, dtype=torch.long, device=device)  # (A*K, t+1)
     # Only beam 0 is live at the start, so step 1 does not fill the beam with K copies of one hypothesis.
     live_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K) summed log-probs
@@ -97,11 +103,11 @@ def _search(
     every = check_every(device)
 
     def settle(which: Tensor, score: Tensor, sums: Tensor, seq: Tensor) -> None:
-        """Write the best hypothesis of the sentences ``active[which]`` (``which``: ``(A,)`` bool) into the
+        """Write the ``n`` best hypotheses of the sentences ``active[which]`` (``which``: ``(A,)`` bool) into the
         output (computed for every sentence, so nothing is read back to select them)."""
-        best = score.argmax(dim=1, keepdim=True)  # (A, 1)
-        out_ids[active] = torch.where(which[:, None], _take(seq, best)[:, 0], out_ids[active])
-        out_sum[active] = torch.where(which, sums.gather(1, best)[:, 0], out_sum[active])
+        best = score.topk(n, dim=1).indices  # (A, n) best first
+        out_ids[active] = torch.where(which[:, None, None], _take(seq, best), out_ids[active])
+        out_sum[active] = torch.where(which[:, None], sums.gather(1, best), out_sum[active])
 
     def unless_stopped(new: Tensor, old: Tensor) -> Tensor:
         """``new`` for the sentences still searched, ``old`` for those settled (their finished set is final)."""
@@ -112,6 +118,8 @@ def _search(
         logp = step(seqs, t).float().log_softmax(-1)  # (A*K, V)
         if blocked is not None:  # padding is not a word (a pad inside a prefix would be masked out on recompute)
             logp[:, blocked] = neg_inf
+        if process is not None:
+            logp = process(logp, seqs)
         V = logp.size(-1)
         cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
         top_sum, top_idx = cand_sum.topk(min(max(2, 1 + len(eos)) * K, K * V), dim=1)  # (A, 2K) best first
@@ -145,7 +153,7 @@ def _search(
         # The others go on without them.
         go = (~stopped).nonzero()[:, 0]  # (A',)
         if go.numel() == 0:
-            return trim(out_ids, eos), out_sum
+            return trim(out_ids.view(batch * n, -1), eos), out_sum.view(-1)
         active, live_sum, fin_score, fin_sum, fin_seq, stopped = (
             x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq, stopped))
         seqs = seqs.view(A, K, -1)[go].view(go.numel() * K, -1)
@@ -155,7 +163,7 @@ def _search(
     stand = live_sum / penalty(max_len, length_penalty)  # (A, K)
     settle(~stopped, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
            torch.cat([fin_seq, seqs.view(active.numel(), K, -1)[:, :, 1:]], dim=1))
-    return trim(out_ids, eos), out_sum
+    return trim(out_ids.view(batch * n, -1), eos), out_sum.view(-1)
 
 
 def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: float,
@@ -185,8 +193,10 @@ def beam_search(
     return_scores: bool = False,
     normalize: str = "gnmt",
     early_stopping: bool | str = "never",
+    num_return_sequences: int = 1,
+    processing: Processing | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence.
+    """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence (or the ``n`` best).
 
     Args:
         beam: hypotheses kept per sentence, ``K`` (4 in section 6.1); ``beam=1`` with ``length_penalty=0``
@@ -201,17 +211,21 @@ def beam_search(
         early_stopping: when a sentence stops, as Hugging Face's argument of that name: ``"never"`` (the
             default: when nothing left could beat what has finished, so the search loses nothing),
             ``False`` (Hugging Face's default heuristic) or ``True`` (as soon as ``beam`` hypotheses end).
+        num_return_sequences: the ``n <= beam`` best hypotheses of each sentence, best first (n-best lists).
+        processing: changes the log-probabilities before they are ranked
+            (:class:`~aiayn.decoding.processing.Processing`: repetition penalty, n-gram bans, a minimum length).
 
     Returns:
-        ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` (unless cut by ``max_len``) and padded
-        with ``pad_id`` after it, as :func:`~aiayn.decoding.greedy.greedy` returns; with ``return_scores``,
-        ``(ids, scores)`` with ``scores`` of shape ``(B,)``.
+        ``(B * n, L)`` ids after ``<s>`` (rows ``b * n`` to ``b * n + n - 1`` are sentence ``b``'s), each row
+        ending at its ``</s>`` (unless cut by ``max_len``) and padded with ``pad_id`` after it, as
+        :func:`~aiayn.decoding.greedy.greedy` returns; with ``return_scores``, ``(ids, scores)`` with ``scores``
+        of shape ``(B * n,)``.
 
     Raises:
         ValueError: a bad ``beam``, ``normalize``, ``early_stopping`` or ``max_len``; ``src`` not ``(B, S)``,
             or holding an id outside the source vocabulary.
     """
-    penalty = _check(beam, normalize, early_stopping)
+    penalty = _check(beam, normalize, early_stopping, num_return_sequences)
     check_src(model, src)
     max_len = target_len(model, src, max_len)
     net = cast(EncoderDecoder, model)
@@ -232,8 +246,13 @@ def beam_search(
         if fewer:
             memory, src_k = memory.index_select(0, rows), src_k.index_select(0, rows)
 
+    process = None
+    if processing is not None and processing.active:
+        def process(logp: Tensor, seqs: Tensor) -> Tensor:
+            return processing(logp, seqs, seqs.size(1) - 1)
+
     ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty,
-                        penalty, early_stopping, cfg.pad_id, src.device)
+                        penalty, early_stopping, cfg.pad_id, src.device, process, num_return_sequences)
     return (ids, sums) if return_scores else ids
 
 
@@ -251,24 +270,27 @@ def beam_search_lm(
     return_scores: bool = False,
     normalize: str = "length",
     early_stopping: bool | str = False,
+    num_return_sequences: int = 1,
+    processing: Processing | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Beam search from a language model's prompts ``(B, T)`` (padded on the left, with ``attention_mask``
     ``(B, T)``, ``True`` for real tokens, as :func:`~aiayn.decoding.sampling.stream` pads them).
 
     The same search as :func:`beam_search`, with defaults as Hugging Face's ``generate`` sets them
     (``length_penalty=1.0`` on ``len ** alpha``, the ``early_stopping=False`` heuristic); ``len`` counts the
-    generated tokens only, ``eos_id`` included.
+    generated tokens only, ``eos_id`` included; ``num_return_sequences`` and ``processing`` as there (the
+    processing reads the prompt as well as what was generated).
 
     Returns:
-        ``(B, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` (or any of
+        ``(B * n, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` (or any of
         several) and padded with ``eos_id`` (the first of several) after it (``L <= max_new_tokens``); with
-        ``return_scores`` also the summed log-probabilities ``(B,)``.
+        ``return_scores`` also the summed log-probabilities ``(B * n,)``.
 
     Raises:
         ValueError: a bad ``beam``, ``normalize``, ``early_stopping`` or ``max_new_tokens``; a prompt or
             mask of the wrong shape, or an id outside ``model.cfg.vocab_size``.
     """
-    penalty = _check(beam, normalize, early_stopping)
+    penalty = _check(beam, normalize, early_stopping, num_return_sequences)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_ids(prompt, 0, "prompt", values=False)
@@ -304,17 +326,26 @@ def beam_search_lm(
             prompt_k = prompt_k.index_select(0, rows)
             real = None if real is None else real.index_select(0, rows)
 
+    process = None
+    if processing is not None and processing.active:
+        def process(logp: Tensor, seqs: Tensor) -> Tensor:  # what the row holds: its prompt, then what it made
+            t = seqs.size(1)
+            mask = None if real is None else real[:, : T + t - 1]
+            return processing(logp, torch.cat([prompt_k, seqs[:, 1:]], dim=1), t - 1, mask)
+
     first = int(prompt[0, -1])  # any id: the placeholder is never fed to the model
     eos = end_ids(eos_id)
     pad = eos[0] if eos else first
     ids, sums = _search(step, reorder, B, K, first, eos, pad, max_new_tokens, length_penalty, penalty,
-                        early_stopping, None, device)
+                        early_stopping, None, device, process, num_return_sequences)
     return (ids, sums) if return_scores else ids
 
 
-def _check(beam: int, normalize: str, early_stopping: bool | str) -> Callable[[int, float], float]:
+def _check(beam: int, normalize: str, early_stopping: bool | str, n_best: int) -> Callable[[int, float], float]:
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
+    if not 1 <= n_best <= beam:
+        raise ValueError(f"num_return_sequences={n_best} must be between 1 and the beam size {beam}")
     if normalize not in PENALTIES:
         raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
     if early_stopping not in STOPS:

@@ -3,6 +3,9 @@
     model.generate(input_ids, max_new_tokens=20)                        greedy
     model.generate(input_ids, do_sample=True, top_p=0.9)                sampling (top_k 50 unless given)
     model.generate(input_ids, num_beams=4, length_penalty=1.0)          beam search
+    model.generate(input_ids, num_beams=4, num_return_sequences=4,      the 4 best, and their scores
+                   return_dict_in_generate=True, output_scores=True)
+    model.generate(input_ids, repetition_penalty=1.3, no_repeat_ngram_size=3, min_new_tokens=5)
 
 The same call runs a language model (GPT: ``input_ids`` is the prompt, padded on the left with
 ``attention_mask``; the result is the prompt followed by the new tokens) and an encoder-decoder
@@ -23,18 +26,31 @@ Shapes: B batch, T prompt (or source) length, N new tokens.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.beam import beam_search, beam_search_lm
-from aiayn.decoding.greedy import greedy
-from aiayn.decoding.sampling import check_left_padded, end_ids, ends, sample, sample_seq2seq
+from aiayn.decoding.beam import PENALTIES, beam_search, beam_search_lm
+from aiayn.decoding.greedy import decode_with
+from aiayn.decoding.processing import Processing
+from aiayn.decoding.sampling import check_left_padded, end_ids, ends, pick, sample, sample_seq2seq
+from aiayn.defaults import HF_NEW_TOKENS, HF_TOP_K
 from aiayn.layers.embedding import check_ids
 
-HF_NEW_TOKENS = 20  # what transformers generates when given no length
-HF_TOP_K = 50  # transformers' GenerationConfig.top_k
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    """What ``generate(..., return_dict_in_generate=True)`` returns, as ``transformers``' ``GenerateOutput``s name
+    it: ``sequences`` as ``generate`` returns them; with ``output_scores``, ``scores``, one ``(rows, V)`` tensor
+    per new token (greedy decoding and sampling: the scores each token was chosen from, after the processing,
+    temperature, top-k and top-p; ``None`` with beams), and ``sequences_scores`` ``(rows,)`` (beam search: each
+    sequence's summed log-probability over its length penalty, the score it was ranked by; ``None`` otherwise)."""
+
+    sequences: Tensor
+    scores: tuple[Tensor, ...] | None = None
+    sequences_scores: Tensor | None = None
 
 
 @torch.no_grad()
@@ -56,10 +72,15 @@ def generate(
     pad_token_id: int | None = None,
     decoder_start_token_id: int | None = None,
     num_return_sequences: int = 1,
+    repetition_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
+    min_new_tokens: int | None = None,
+    return_dict_in_generate: bool = False,
+    output_scores: bool = False,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     **unsupported: Any,
-) -> Tensor:
+) -> Tensor | GenerateOutput:
     """Generate as ``transformers``' ``model.generate`` does, with its arguments.
 
     Args:
@@ -70,8 +91,14 @@ def generate(
             or the start token (an encoder-decoder) too.
         do_sample, temperature, top_k, top_p: draw each token (temperature first, then top-k, then top-p).
         num_beams, length_penalty, early_stopping: beam search (:func:`~aiayn.decoding.beam_search`).
-        num_return_sequences: with ``do_sample``, how many sequences each input draws: rows ``i * n`` to
-            ``i * n + n - 1`` of the result are input ``i``'s (as ``transformers`` orders them).
+        num_return_sequences: how many sequences each input gives: with ``do_sample``, that many draws; with
+            beams, the ``n <= num_beams`` best hypotheses, best first. Rows ``i * n`` to ``i * n + n - 1`` of the
+            result are input ``i``'s (as ``transformers`` orders them).
+        repetition_penalty, no_repeat_ngram_size, min_new_tokens: the logits processing of
+            :mod:`aiayn.decoding.processing` (``transformers``' processors of those names; their defaults do
+            nothing). Padding is not read as tokens there, where ``transformers`` reads it.
+        return_dict_in_generate, output_scores: return a :class:`GenerateOutput` (with ``scores`` and
+            ``sequences_scores`` when ``output_scores``) instead of the ids alone.
         eos_token_id, decoder_start_token_id: must be the model's own (its config's); ``eos_token_id``
             may be set for a language model whose config has another, or a list of ids that each end a row
             (a language model's default: its ``eos_id`` and ``stop_ids``, as Llama 3's chat models list three).
@@ -81,8 +108,8 @@ def generate(
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
-        encoder-decoder (the start token, then the new tokens); ``B * num_return_sequences`` rows when sampling
-        several.
+        encoder-decoder (the start token, then the new tokens); ``B * num_return_sequences`` rows when asked for
+        several; a :class:`GenerateOutput` of them with ``return_dict_in_generate``.
 
     Raises:
         TypeError: an argument ``transformers`` has that is not supported here (named).
@@ -91,90 +118,141 @@ def generate(
     if unsupported:
         raise TypeError(f"generate() does not support {', '.join(sorted(unsupported))}; it takes max_new_tokens, "
                         f"max_length, do_sample, num_beams, temperature, top_k, top_p, length_penalty, "
-                        f"early_stopping, num_return_sequences, eos_token_id, pad_token_id, "
+                        f"early_stopping, num_return_sequences, repetition_penalty, no_repeat_ngram_size, "
+                        f"min_new_tokens, return_dict_in_generate, output_scores, eos_token_id, pad_token_id, "
                         f"decoder_start_token_id, use_cache, generator")
-    if num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
-    if num_return_sequences > 1 and not do_sample:  # as transformers: one search gives one answer per input here
-        raise ValueError(f"num_return_sequences={num_return_sequences} needs do_sample=True (greedy decoding and "
-                         f"beam search give one sequence per input here)")
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    if num_return_sequences > 1 and not do_sample and num_return_sequences > num_beams:  # as transformers
+        raise ValueError(f"num_return_sequences={num_return_sequences} needs do_sample=True or num_beams >= it "
+                         f"(greedy decoding gives one sequence per input), got num_beams={num_beams}")
     if do_sample and num_beams > 1:
         raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
-    if do_sample and temperature <= 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-    if do_sample and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] when sampling, got {top_p}")
     check_ids(input_ids, 0, "input_ids", values=False)
-    if num_return_sequences > 1:  # each input drawn from that many times, its rows together (transformers' order)
+    if do_sample and num_return_sequences > 1:  # each input drawn from that many times, its rows together
         input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
         if attention_mask is not None:
             attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
     cfg: Any = getattr(model, "cfg", None)
-    sampling: dict[str, Any] | None = None
-    if do_sample:
-        sampling = {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None,
-                    "generator": generator}
+    sampling = {**sampling_options(do_sample, temperature, top_k, top_p), "generator": generator}
+    scores: list[Tensor] | None = [] if return_dict_in_generate and output_scores and num_beams == 1 else None
+    search = {"num_beams": num_beams, "length_penalty": length_penalty, "early_stopping": early_stopping,
+              "num_return_sequences": 1 if do_sample else num_return_sequences, "use_cache": use_cache}
     if hasattr(model, "encode"):
-        return _seq2seq(model, cfg, input_ids, attention_mask, _budget(max_new_tokens, max_length, 1), sampling,
-                        num_beams, length_penalty, early_stopping, eos_token_id, pad_token_id,
-                        decoder_start_token_id, use_cache)
-    if not hasattr(model, "new_cache"):
-        raise ValueError(f"a {type(model).__name__} does not generate text (a GPT, Transformer or BART does)")
-    if decoder_start_token_id is not None:
-        raise ValueError("decoder_start_token_id is for encoder-decoders; a language model continues its prompt")
-    budget = _budget(max_new_tokens, max_length, input_ids.size(1))
-    if max_new_tokens is None and max_length is None:  # the default stops at the last position, as transformers'
-        budget = max(1, min(budget, cfg.max_len - input_ids.size(1)))
-    own = () if cfg.eos_id is None else (cfg.eos_id, *getattr(cfg, "stop_ids", ()))  # None: no end token
-    eos = end_ids(own if eos_token_id is None else eos_token_id)
-    if eos_token_id is not None and not eos:
-        raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, or a list of at least one")
-    pad = (eos[0] if eos else 0) if pad_token_id is None else pad_token_id  # (no end: no row is padded)
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-        raise ValueError(f"attention_mask must be shaped as input_ids {tuple(input_ids.shape)}, got "
-                         f"{tuple(attention_mask.shape)}")
-    if num_beams > 1:
-        new = beam_search_lm(model, input_ids, budget, num_beams, length_penalty, eos, attention_mask, use_cache,
-                             early_stopping=early_stopping)
-        assert isinstance(new, Tensor)  # no return_scores
+        if eos_token_id is not None and end_ids(eos_token_id) != (cfg.eos_id,):  # one id, or a list of it alone
+            raise ValueError(f"eos_token_id={eos_token_id}: this model's is {cfg.eos_id} (its config's), its only "
+                             f"end")
+        if decoder_start_token_id is not None and decoder_start_token_id != cfg.bos_id:
+            raise ValueError(f"decoder_start_token_id={decoder_start_token_id}: this model's is {cfg.bos_id} (its "
+                             f"config's)")
+        processing = Processing(repetition_penalty, no_repeat_ngram_size, min_new_tokens or 0, (cfg.eos_id,))
+        ids, sums = _seq2seq(model, cfg, input_ids, attention_mask, _budget(max_new_tokens, max_length, 1), sampling,
+                             processing, scores, search)
+        first = torch.full((ids.size(0), 1), cfg.bos_id, dtype=torch.long, device=ids.device)
+        eos: tuple[int, ...] = (cfg.eos_id,)
+        pad = cfg.pad_id if pad_token_id is None else pad_token_id
+        sequences = torch.cat([first, _pad_after(ids, eos, pad)], dim=1)
     else:
-        check_left_padded(attention_mask)
-        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
-        options: dict[str, Any] = sampling or {"temperature": 0.0}
-        out = sample(model, rows, budget, eos_id=eos, use_cache=use_cache, **options)
-        assert isinstance(out, list)  # lists in, lists out
-        width = max(len(o) - len(r) for o, r in zip(out, rows))
-        new = torch.full((len(rows), width), pad, dtype=torch.long, device=input_ids.device)
-        for i, (o, r) in enumerate(zip(out, rows)):
-            new[i, : len(o) - len(r)] = torch.as_tensor(o[len(r):], dtype=torch.long)
-    return torch.cat([input_ids, _pad_after(new, eos, pad)], dim=1)
+        if not hasattr(model, "new_cache"):
+            raise ValueError(f"a {type(model).__name__} does not generate text (a GPT, Transformer or BART does)")
+        if decoder_start_token_id is not None:
+            raise ValueError("decoder_start_token_id is for encoder-decoders; a language model continues its prompt")
+        budget = _budget(max_new_tokens, max_length, input_ids.size(1))
+        if max_new_tokens is None and max_length is None:  # the default stops at the last position, as transformers'
+            budget = max(1, min(budget, cfg.max_len - input_ids.size(1)))
+        own = () if cfg.eos_id is None else (cfg.eos_id, *getattr(cfg, "stop_ids", ()))  # None: no end token
+        eos = end_ids(own if eos_token_id is None else eos_token_id)
+        if eos_token_id is not None and not eos:
+            raise ValueError(f"eos_token_id={eos_token_id!r}: give an id, or a list of at least one")
+        pad = (eos[0] if eos else 0) if pad_token_id is None else pad_token_id  # (no end: no row is padded)
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask must be shaped as input_ids {tuple(input_ids.shape)}, got "
+                             f"{tuple(attention_mask.shape)}")
+        processing = Processing(repetition_penalty, no_repeat_ngram_size, min_new_tokens or 0, eos)
+        new, sums = _language_model(model, input_ids, attention_mask, budget, eos, pad, sampling, processing,
+                                    scores, search)
+        rows = new.size(0) // input_ids.size(0)  # n-best: each prompt's rows together
+        sequences = torch.cat([input_ids.repeat_interleave(rows, dim=0), _pad_after(new, eos, pad)], dim=1)
+    if not return_dict_in_generate:
+        return sequences
+    ranked = None
+    if output_scores and sums is not None:  # each sequence's score as beam search ranked it
+        made = sequences.size(1) - (1 if hasattr(model, "encode") else input_ids.size(1))
+        lengths = _lengths(sequences[:, sequences.size(1) - made :], eos)
+        ranked = sums / torch.tensor([PENALTIES["length"](n, length_penalty) for n in lengths.tolist()],
+                                     device=sums.device)
+    return GenerateOutput(sequences, None if scores is None else tuple(scores), ranked)
+
+
+def sampling_options(do_sample: bool, temperature: float, top_k: int | None, top_p: float) -> dict[str, Any]:
+    """``transformers``' sampling arguments as the samplers here take them (:func:`aiayn.decoding.sampling.pick`):
+    ``temperature`` 0 for greedy decoding, ``None`` for a top-k or top-p that keeps every token.
+
+    Raises:
+        ValueError: a temperature that is not positive, or a ``top_p`` outside ``(0, 1]``, when sampling.
+    """
+    if not do_sample:
+        return {"temperature": 0.0, "top_k": None, "top_p": None}
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature} (do_sample=False is greedy)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] when sampling, got {top_p}")
+    return {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None}
+
+
+def _language_model(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, budget: int,
+                    eos: tuple[int, ...], pad: int, sampling: dict[str, Any], processing: Processing,
+                    scores: list[Tensor] | None, search: dict[str, Any]) -> tuple[Tensor, Tensor | None]:
+    """A language model's new tokens ``(rows, n)`` and, with beams, their summed log-probabilities."""
+    if search["num_beams"] > 1:
+        new, sums = beam_search_lm(model, input_ids, budget, search["num_beams"], search["length_penalty"], eos,
+                                   attention_mask, search["use_cache"], return_scores=True,
+                                   early_stopping=search["early_stopping"],
+                                   num_return_sequences=search["num_return_sequences"], processing=processing)
+        return new, sums
+    check_left_padded(attention_mask)
+    real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
+    out = sample(model, rows, budget, eos_id=eos, use_cache=search["use_cache"], processing=processing,
+                 scores=scores, **sampling)
+    assert isinstance(out, list)  # lists in, lists out
+    width = max(len(o) - len(r) for o, r in zip(out, rows))
+    new = torch.full((len(rows), width), pad, dtype=torch.long, device=input_ids.device)
+    for i, (o, r) in enumerate(zip(out, rows)):
+        new[i, : len(o) - len(r)] = torch.as_tensor(o[len(r):], dtype=torch.long)
+    return new, None
 
 
 def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | None, budget: int,
-             sampling: dict[str, Any] | None, num_beams: int, length_penalty: float, early_stopping: bool | str,
-             eos_token_id: int | list[int] | None, pad_token_id: int | None, start: int | None,
-             use_cache: bool) -> Tensor:
-    if eos_token_id is not None and end_ids(eos_token_id) != (cfg.eos_id,):  # one id, or a list of it alone
-        raise ValueError(f"eos_token_id={eos_token_id}: this model's is {cfg.eos_id} (its config's), its only end")
-    if start is not None and start != cfg.bos_id:
-        raise ValueError(f"decoder_start_token_id={start}: this model's is {cfg.bos_id} (its config's)")
+             sampling: dict[str, Any], processing: Processing, scores: list[Tensor] | None,
+             search: dict[str, Any]) -> tuple[Tensor, Tensor | None]:
+    """An encoder-decoder's new tokens ``(rows, n)`` (after the start token) and, with beams, their summed
+    log-probabilities."""
     if attention_mask is not None and not torch.equal(attention_mask.bool(), src != cfg.pad_id):
         raise ValueError(f"attention_mask must mark exactly the tokens that are not padding (pad_id {cfg.pad_id}): "
                          f"an encoder-decoder here masks its padding by id")
-    if num_beams > 1:
-        ids = beam_search(model, src, num_beams, length_penalty, budget, use_cache, normalize="length",
-                          early_stopping=early_stopping)
-        assert isinstance(ids, Tensor)  # no return_scores
-    elif sampling is not None:
-        ids = sample_seq2seq(model, src, budget, use_cache=use_cache, **sampling)
-    else:
-        ids = greedy(model, src, budget, use_cache)
-    first = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)
-    pad = cfg.pad_id if pad_token_id is None else pad_token_id
-    return torch.cat([first, _pad_after(ids, (cfg.eos_id,), pad)], dim=1)
+    if search["num_beams"] > 1:
+        ids, sums = beam_search(model, src, search["num_beams"], search["length_penalty"], budget,
+                                search["use_cache"], return_scores=True, normalize="length",
+                                early_stopping=search["early_stopping"],
+                                num_return_sequences=search["num_return_sequences"], processing=processing)
+        return ids, sums
+    if sampling["temperature"] > 0:
+        return sample_seq2seq(model, src, budget, use_cache=search["use_cache"], processing=processing,
+                              scores=scores, **sampling), None
+    return decode_with(model, src, lambda logits: pick(logits, 0.0), budget, search["use_cache"], processing,
+                       scores), None
+
+
+def _lengths(new: Tensor, eos: tuple[int, ...]) -> Tensor:
+    """``(rows,)`` tokens each row of ``new`` ``(rows, n)`` made: up to its first end token, which counts."""
+    if not eos:
+        return torch.full((new.size(0),), new.size(1), device=new.device)
+    is_eos = ends(new, eos)
+    first = is_eos.long().argmax(1) + 1
+    return torch.where(is_eos.any(1), first, torch.full_like(first, new.size(1)))
 
 
 def _budget(max_new_tokens: int | None, max_length: int | None, counted: int) -> int:
@@ -200,4 +278,4 @@ def _pad_after(ids: Tensor, eos: tuple[int, ...], pad: int) -> Tensor:
     return ids.masked_fill(is_eos.cumsum(1) - is_eos > 0, pad)
 
 
-__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "generate"]
+__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "GenerateOutput", "generate", "sampling_options"]

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
+    from aiayn.decoding.processing import Processing
     from aiayn.layers.kv_cache import DecoderCache
 
 
@@ -117,7 +118,7 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     Raises:
         ValueError: ``src`` not ``(B, S)``, or holding an id outside the source vocabulary.
     """
-    return decode_with(model, src, lambda logits: logits.argmax(-1), max_len, use_cache)
+    return decode_with(model, src, lambda logits: (logits, logits.argmax(-1)), max_len, use_cache)
 
 
 @contextlib.contextmanager
@@ -148,18 +149,22 @@ def in_eval_mode(decode: Decode) -> Decode:
 
 @torch.no_grad()
 @in_eval_mode
-def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor], max_len: int | None = None,
-                use_cache: bool = True) -> Tensor:
-    """Decode token by token, ``choose`` picking each next token ``(A,)`` from the logits ``(A, V)`` of the rows
-    still decoding (padding already excluded): argmax is :func:`greedy`, a draw is
-    :func:`~aiayn.decoding.sampling.sample_seq2seq`. A row that has produced ``</s>`` leaves the batch (its
-    cache rows and source with it) at the next read of :func:`check_every`, so it is not computed further."""
+def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], tuple[Tensor, Tensor]],
+                max_len: int | None = None, use_cache: bool = True, processing: Processing | None = None,
+                scores: list[Tensor] | None = None) -> Tensor:
+    """Decode token by token, ``choose`` giving the scores ``(A, V)`` and the next token ``(A,)`` from the logits
+    ``(A, V)`` of the rows still decoding (padding already excluded; ``processing`` applied first): argmax is
+    :func:`greedy`, a draw is :func:`~aiayn.decoding.sampling.sample_seq2seq`. A row that has produced ``</s>``
+    leaves the batch (its cache rows and source with it) at the next read of :func:`check_every`, so it is not
+    computed further. ``scores``, a list, receives each step's scores ``(B, V)`` (a row that has ended: 0 for its
+    padding, ``-inf`` elsewhere)."""
     check_src(model, src)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
     max_len = target_len(model, src, max_len)
     memory = net.encode(src)
-    out = torch.full((src.size(0), max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
+    src_rows = src.size(0)
+    out = torch.full((src_rows, max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
     alive = torch.arange(src.size(0), device=src.device)  # (A,) the rows still decoding
     ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (A, t) their prefixes
     cache = net.new_cache(max_len) if use_cache else None
@@ -169,7 +174,15 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
     for steps in range(1, max_len + 1):
         logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (A, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
-        nxt = choose(logits).masked_fill(done, cfg.pad_id)  # (A,) a row that ended pads until it leaves
+        if processing is not None and processing.active:
+            logits = processing(logits, ys, steps - 1)
+        chosen, nxt = choose(logits)
+        nxt = nxt.masked_fill(done, cfg.pad_id)  # (A,) a row that ended pads until it leaves
+        if scores is not None:  # every row's, those that have ended padding for sure
+            padding = torch.full((src_rows, chosen.size(-1)), float("-inf"), device=chosen.device, dtype=chosen.dtype)
+            padding[:, cfg.pad_id] = 0.0
+            padding[alive] = torch.where(done[:, None], padding[alive], chosen)
+            scores.append(padding)
         out[alive, steps - 1] = nxt
         ys = torch.cat([ys, nxt[:, None]], dim=1)  # ids only; the cache itself is preallocated
         done |= nxt == cfg.eos_id
@@ -181,4 +194,7 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor
         alive, ys, memory, src, done = alive[keep], ys[keep], memory[keep], src[keep], done[keep]
         if cache is not None:
             cache.reorder(keep)
-    return trim(out[:, :steps], (cfg.eos_id,))  # the steps taken after the last row ended, if any
+    ids = trim(out[:, :steps], (cfg.eos_id,))  # the steps taken after the last row ended, if any
+    if scores is not None:
+        del scores[ids.size(1):]
+    return ids

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
+from aiayn.decoding.processing import Processing
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -97,15 +98,23 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     return logits
 
 
-def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
-    """``(B, V)`` logits -> ``(B,)`` token ids; ``temperature=0`` takes the most likely token."""
+def pick(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+         generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """``(B, V)`` logits -> ``(scores (B, V), tokens (B,))``: the scores a token is drawn from (the logits divided
+    by ``temperature``, ``-inf`` outside top-k and top-p: what ``transformers`` calls the processed scores), and
+    the token drawn; ``temperature=0`` takes the most likely token, the scores being the logits as they are."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
-        return logits.argmax(-1)
-    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+        return logits, logits.argmax(-1)
+    scores = filter_logits(logits.float() / temperature, top_k, top_p)
+    return scores, torch.multinomial(scores.softmax(-1), 1, generator=generator)[:, 0]
+
+
+def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+               generator: torch.Generator | None = None) -> Tensor:
+    """``(B, V)`` logits -> ``(B,)`` token ids; ``temperature=0`` takes the most likely token."""
+    return pick(logits, temperature, top_k, top_p, generator)[1]
 
 
 @torch.no_grad()
@@ -119,12 +128,18 @@ def stream(
     generator: torch.Generator | None = None,
     eos_id: Ends = None,
     use_cache: bool = True,
+    processing: Processing | None = None,
+    scores: list[Tensor] | None = None,
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
     every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first). Whether
     every row has is read back from the device every :func:`~aiayn.decoding.greedy.check_every` steps,
     so on an accelerator up to ``CHECK_EVERY - 1`` steps of end tokens may follow; without ``eos_id``
     nothing is read back.
+
+    ``processing`` (repetition penalty, n-gram bans, a minimum length: :class:`~aiayn.decoding.processing.Processing`)
+    changes the logits before the token is chosen; ``scores``, a list, receives each step's scores ``(B, V)``
+    (:func:`pick`'s).
 
     Raises (at the first ``next``):
         ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``.
@@ -154,7 +169,11 @@ def stream(
             begin = 0 if cache is None or step == 0 else end - 1
             hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)
             logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position only, not the prompt
-            nxt = next_token(logits, temperature, top_k, top_p, generator)  # (B,)
+            if processing is not None and processing.active:
+                logits = processing(logits, ids[:, :end], step, real[:, :end] if padded else None)
+            chosen, nxt = pick(logits, temperature, top_k, top_p, generator)  # (B, V), (B,)
+            if scores is not None:
+                scores.append(chosen)
             if eos:
                 nxt = nxt.masked_fill(done, eos[0])
                 done |= ends(nxt, eos)
@@ -174,6 +193,8 @@ def sample(
     generator: torch.Generator | None = None,
     eos_id: Ends = None,
     use_cache: bool = True,
+    processing: Processing | None = None,
+    scores: list[Tensor] | None = None,
 ) -> Tensor | list[list[int]]:
     """The prompt followed by up to ``max_new_tokens`` generated tokens.
 
@@ -184,6 +205,7 @@ def sample(
         generator: a seeded ``torch.Generator`` makes sampling repeatable.
         eos_id: stop a row when it produces this token, or one of these tokens (kept in the output).
         use_cache: ``False`` recomputes every position each step (same result, slower).
+        processing, scores: as :func:`stream`'s (``scores`` cut to the steps returned).
 
     Returns:
         ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``, the first of
@@ -196,10 +218,13 @@ def sample(
         check_ids(prompt, 0, "prompt", values=False)  # (B, T) integers; the range is checked on the lists
     rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
     check_prompts(model, rows, "prompt")
-    steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache))
+    steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache,
+                        processing, scores))
     new = torch.stack(steps, dim=1).tolist()  # (B, n)
     eos = set(end_ids(eos_id))
     lengths = [next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n)) for n in new]  # up to each end
+    if scores is not None:  # the steps run past the last row's end are not returned
+        del scores[max(lengths):]
     if isinstance(prompt, Tensor):  # the steps up to the last row's end (the stream may run a few past it)
         width = max(lengths)
         new = [n[:width] for n in new]
@@ -216,17 +241,20 @@ def sample_seq2seq(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    processing: Processing | None = None,
+    scores: list[Tensor] | None = None,
 ) -> Tensor:
     """Translate ``(B, S)`` source ids by drawing each next token (temperature, top-k, top-p) instead of
-    taking the most likely one; ``temperature=0`` is :func:`~aiayn.decoding.greedy.greedy`.
+    taking the most likely one; ``temperature=0`` is :func:`~aiayn.decoding.greedy.greedy`. ``processing`` and
+    ``scores`` as :func:`~aiayn.decoding.greedy.decode_with`'s.
 
     Returns:
         ``(B, L)`` ids after ``<s>``, as :func:`~aiayn.decoding.greedy.greedy` returns them.
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    return decode_with(model, src, lambda logits: next_token(logits, temperature, top_k, top_p, generator),
-                       max_len, use_cache)
+    return decode_with(model, src, lambda logits: pick(logits, temperature, top_k, top_p, generator),
+                       max_len, use_cache, processing, scores)
 
 
-__all__ = ["CachingModel", "check_prompts", "filter_logits", "next_token", "sample", "sample_seq2seq", "stream"]
+__all__ = ["CachingModel", "check_prompts", "filter_logits", "next_token", "pick", "sample", "sample_seq2seq", "stream"]

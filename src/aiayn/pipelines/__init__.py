@@ -14,6 +14,6 @@ a recipe; the recipes import these for what training shares with answering (a cl
 way in both), and each task's scoring of a saved run (:mod:`aiayn.recipes.evaluate`) answers through them.
 """
 
-from aiayn.pipelines.base import TLDR, Pipeline, pipeline, tldr, tokenizer
+from aiayn.pipelines.base import METHODS, TLDR, Pipeline, pipeline, tldr, tokenizer
 
-__all__ = ["TLDR", "Pipeline", "pipeline", "tldr", "tokenizer"]
+__all__ = ["METHODS", "TLDR", "Pipeline", "pipeline", "tldr", "tokenizer"]

@@ -3,7 +3,8 @@
     p = aiayn.pipeline("runs/dates")                   # a translation run
     p.translate(["2019-03-07"], beam=4)
     p = aiayn.pipeline("runs/lm", quantize="int8")     # int8 weights on the CPU
-    p.generate(["Once upon a time"], max_new_tokens=50, temperature=0.8, top_p=0.9)
+    p.generate(["Once upon a time"], max_new_tokens=50, temperature=0.8, top_p=0.9)   # transformers' names
+    p.generate("Once upon a time", do_sample=False, num_beams=4, num_return_sequences=2)
     for piece in p.generate("ROMEO:", stream=True): print(piece, end="")
     p = aiayn.pipeline("all-MiniLM-L6-v2")             # a Hugging Face BERT folder, or a BERT run
     p.embed(["A man is eating.", "Someone eats."])      # (2, 384), L2-normalised
@@ -37,10 +38,21 @@ if TYPE_CHECKING:
     from aiayn.models.bert import BERT
 
 
+METHODS = {"translation": "translate", "text-generation": "generate", "feature-extraction": "embed",
+           "text-classification": "classify", "image-classification": "classify", "object-detection": "detect"}
+"""Each task, as ``transformers`` names it (``p.task``), and the pipeline's method that does it."""
+
+
 class Pipeline:
-    """A loaded model and what it needs to read and write text or images; made by :func:`pipeline`."""
+    """A loaded model and what it needs to read and write text or images; made by :func:`pipeline`.
+
+    ``task`` is ``transformers``' name of what it does (a key of :data:`METHODS`); calling the pipeline answers
+    as a ``transformers`` pipeline of that task does (:meth:`__call__`), its methods as the commands do.
+    """
 
     def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
+        if task not in METHODS:
+            raise ValueError(f"task must be one of {sorted(METHODS)}, got {task!r}")
         self.task, self.model, self.source, self._parts = task, model, source, parts
 
     def __repr__(self) -> str:
@@ -62,49 +74,106 @@ class Pipeline:
         Raises:
             ValueError: an image model (a ViT, Swin or DETR), which reads no text.
         """
-        return _callable(self.task, self._parts, self.source, getattr(self.model, "cfg", None))
+        return _callable(METHODS[self.task], self._parts, self.source, getattr(self.model, "cfg", None))
 
-    def _need(self, task: str) -> None:
-        if task != self.task:
-            raise ValueError(f"{self.source} holds a {type(self.model).__name__}, which can {self.task}, not {task}")
+    def _need(self, method: str) -> None:
+        if METHODS[self.task] != method:
+            raise ValueError(f"{self.source} holds a {type(self.model).__name__}, a {self.task} model that can "
+                             f"{METHODS[self.task]}, not {method}")
 
-    def translate(self, texts: str | list[str], beam: int = 1) -> str | list[str]:
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:
+        """Answer as a ``transformers`` pipeline of :attr:`task` answers (one input or a list; ``kwargs`` as the
+        method takes them):
+
+        * ``translation``: ``[{"translation_text"}]`` per text (:meth:`translate`; ``num_beams`` is ``beam``);
+        * ``text-generation``: ``[{"generated_text"}]`` per prompt, the prompt included unless
+          ``return_full_text=False`` (:meth:`generate`, ``num_return_sequences`` texts each);
+        * ``text-classification``: ``{"label", "score"}`` per text, or the ``top_k`` best as a list;
+        * ``image-classification``: the ``top_k`` (5) best ``{"label", "score"}`` per image;
+        * ``object-detection``: ``[{"score", "label", "box": {"xmin", "ymin", "xmax", "ymax"}}]`` per image
+          (``threshold`` 0.5, as ``transformers``' default);
+        * ``feature-extraction``: the sentence vectors (:meth:`embed`, as ``sentence-transformers``' ``encode``
+          gives them, not ``transformers``' per-token features), as nested lists.
+        """
+        one = isinstance(inputs, (str, os.PathLike, Tensor))
+        many = [inputs] if one else list(inputs)
+        if self.task == "translation":
+            beam, n = kwargs.pop("num_beams", kwargs.pop("beam", 1)), kwargs.get("num_return_sequences", 1)
+            out: list[Any] = [[{"translation_text": t} for t in (texts if n > 1 else [texts])]
+                              for texts in self.translate(many, beam=beam, **kwargs)]
+            return out[0] if one else out if n > 1 else [o[0] for o in out]
+        if self.task == "text-generation":
+            full = kwargs.pop("return_full_text", True)
+            n = kwargs.get("num_return_sequences", 1)
+            made = self.generate(many, **kwargs)
+            out = [[{"generated_text": (p if full else "") + t} for t in (texts if n > 1 else [texts])]
+                   for p, texts in zip(many, cast(list, made))]
+            return out[0] if one else out
+        if self.task == "feature-extraction":
+            vectors = self.embed([str(x) for x in many], **kwargs).tolist()
+            return vectors[0] if one else vectors
+        if self.task == "object-detection":
+            threshold = kwargs.pop("threshold", 0.5)
+            out = [[{"score": d["score"], "label": d["name"],
+                     "box": dict(zip(("xmin", "ymin", "xmax", "ymax"), d["box"]))} for d in objects]
+                   for objects in self.detect(many, threshold=threshold, **kwargs)]
+            return out[0] if one else out
+        top_k = kwargs.pop("top_k", 5 if self.task == "image-classification" else None)
+        answers = cast(list, self.classify(many, top=top_k or 1, **kwargs))
+        out = [[{"label": c["class"], "score": c["probability"]} for c in r["top"]] if top_k
+               else {"label": r["label"], "score": r["score"]} for r in answers]
+        return out[0] if one else out
+
+    def translate(self, texts: str | list[str], beam: int = 1,
+                  num_return_sequences: int = 1) -> str | list[str] | list[list[str]]:
         """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives;
-        one text gives one translation, a list a list."""
-        from aiayn.pipelines.translation import translate_texts
+        one text gives one translation, a list a list. ``num_return_sequences`` (at most ``beam``): the best beams
+        of each text, best first, as a list per text (``aiayn translate --n-best``)."""
+        from aiayn.pipelines.translation import n_best
 
         self._need("translate")
         if beam < 1:
             raise ValueError(f"beam must be >= 1, got {beam}")
-        out = translate_texts(self.model, self._parts["src_tok"], self._parts["tgt_tok"],
-                              [texts] if isinstance(texts, str) else list(texts), beam=beam)
-        return out[0] if isinstance(texts, str) else out
+        if not 1 <= num_return_sequences <= beam:
+            raise ValueError(f"num_return_sequences must be between 1 and beam={beam}, got {num_return_sequences}")
+        out = n_best(self.model, self._parts["src_tok"], self._parts["tgt_tok"],
+                     [texts] if isinstance(texts, str) else list(texts), beam, num_return_sequences)
+        if num_return_sequences > 1:
+            return out[0] if isinstance(texts, str) else out
+        return out[0][0] if isinstance(texts, str) else [best[0] for best in out]
 
-    def generate(self, prompts: str | list[str], max_new_tokens: int = 200, temperature: float = 0.8,
-                 top_k: int | None = None, top_p: float | None = None, stop: list[str] | None = None,
-                 seed: int | None = None, stream: bool = False) -> str | list[str] | Iterator[str]:
+    def generate(self, prompts: str | list[str], *, stop: list[str] | None = None, seed: int | None = None,
+                 stream: bool = False, num_return_sequences: int = 1, num_beams: int = 1,
+                 **options: Any) -> str | list[str] | list[list[str]] | Iterator[str]:
         """The continuation of each prompt (not the prompt), as ``aiayn generate`` prints it.
 
         Args:
             prompts: one prompt (its continuation is returned) or a list of them (a list is).
-            temperature: divides the logits; 0 is greedy decoding.
-            stop: strings that end the text (not included).
-            seed: makes sampling repeatable (each prompt is seeded with it).
-            stream: yield the text of one prompt piece by piece as it is made (``prompts`` must be one).
+            options: ``transformers``' names and its text-generation pipeline's defaults
+                (:data:`aiayn.pipelines.lm.DEFAULTS`): ``max_new_tokens`` (256), ``do_sample`` (``True``;
+                ``False`` is greedy decoding), ``temperature`` (0.7), ``top_k`` (50), ``top_p``,
+                ``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``.
+            num_return_sequences, num_beams: several texts per prompt (draws, or the best beams), and beam search;
+                with ``n > 1`` each prompt gives a list of ``n`` texts.
+            stop: strings that end the text (cut from it, as OpenAI's API does).
+            seed: makes sampling repeatable (each prompt is seeded with it, so its text does not depend on the
+                others).
+            stream: yield the text of one prompt piece by piece as it is made (``prompts`` must be one; no beams).
         """
-        from aiayn.pipelines.lm import stream_text
+        from aiayn.pipelines.lm import continuations, stream_text
 
         self._need("generate")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         tok = self._parts["tok"]
         if stream:
             if not isinstance(prompts, str):
                 raise ValueError("stream=True takes one prompt (a string)")
-            return stream_text(self.model, tok, prompts, max_new_tokens, temperature, top_k, top_p, stop, seed)
-        texts = ["".join(stream_text(self.model, tok, p, max_new_tokens, temperature, top_k, top_p, stop, seed))
-                 for p in ([prompts] if isinstance(prompts, str) else prompts)]
-        return texts[0] if isinstance(prompts, str) else texts
+            if num_beams != 1 or num_return_sequences != 1:
+                raise ValueError("stream=True makes one text: it takes no num_beams or num_return_sequences")
+            return stream_text(self.model, tok, prompts, stop=stop, seed=seed, **options)
+        texts = continuations(self.model, tok, [prompts] if isinstance(prompts, str) else list(prompts), stop=stop,
+                              seed=seed, num_return_sequences=num_return_sequences, num_beams=num_beams, **options)
+        each: list[Any] = [t[0] for t in texts] if num_return_sequences == 1 else texts
+        return each[0] if isinstance(prompts, str) else each
 
     def embed(self, texts: str | list[str], batch_size: int = 64) -> Tensor:
         """``(N, C)`` L2-normalised sentence embeddings (mean pooling), on the CPU, as ``aiayn embed`` gives;
@@ -156,20 +225,44 @@ class Pipeline:
         return [find_objects(self._parts["detector"], image, threshold) for image in images]
 
 
-def pipeline(source: str | os.PathLike, device: str | torch.device | None = None, quantize: str | None = None,
-             weights: str | os.PathLike | None = None) -> Pipeline:
+def pipeline(source: str | os.PathLike | None = None, device: str | torch.device | None = None,
+             quantize: str | None = None, weights: str | os.PathLike | None = None, *, task: str | None = None,
+             model: str | os.PathLike | None = None) -> Pipeline:
     """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or of a Hugging Face folder or model id
     (a GPT-2 with its ``tokenizer.json``, a Marian with its SentencePiece files, a BERT) once, for many calls.
+
+    ``pipeline("runs/dates")`` or, as ``transformers`` spells it, ``pipeline("translation", model="runs/dates")``:
+    what the folder holds decides the task; a task named (first, or as ``task=``) must be the one it holds.
 
     Args:
         device: where the model runs (:func:`aiayn.training.device.resolve`; default: a GPU if any).
         quantize: ``"int8"`` for int8 weights on the CPU (:mod:`aiayn.layers.int8`); ``None``: as saved.
         weights: a translation run's other weights (``average.safetensors``, ``best.safetensors``).
+        task: ``transformers``' task name (a key of :data:`METHODS`), checked against the folder's.
+        model: the folder or model id, when the first argument names the task.
 
     Raises:
         FileNotFoundError: ``source`` holds no model.
-        ValueError: a bad ``device`` or ``quantize``; a model no pipeline runs.
+        ValueError: a bad ``device`` or ``quantize``; a model no pipeline runs; a task it does not do.
     """
+    if model is not None:
+        if task is not None and source is not None:
+            raise ValueError("name the task once: pipeline(task, model=...) or pipeline(model, task=...)")
+        task, source = str(source) if source is not None else task, model
+    if source is None:
+        raise ValueError("pipeline needs a model: pipeline(folder) or pipeline(task, model=folder)")
+    if task is not None and task not in METHODS:
+        raise ValueError(f"task must be one of {sorted(METHODS)}, got {task!r}")
+    if task is None and str(source) in METHODS:
+        raise ValueError(f"{str(source)!r} is a task: name the model too, pipeline({str(source)!r}, model=...)")
+    p = _load(source, device, quantize, weights)
+    if task is not None and task != p.task:
+        raise ValueError(f"task={task!r}, but {p.source} holds a {type(p.model).__name__}, a {p.task} model")
+    return p
+
+
+def _load(source: str | os.PathLike, device: str | torch.device | None, quantize: str | None,
+          weights: str | os.PathLike | None) -> Pipeline:
     from aiayn.pipelines.detect import load_detector
     from aiayn.pipelines.embed import load_bert
     from aiayn.pipelines.lm import load_lm_run
@@ -187,7 +280,7 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         raise ValueError("weights= is for translation runs")
     if (folder / "src_tokenizer.json").is_file():
         model, src_tok, tgt_tok = load_run(folder, weights, **run_on)
-        return Pipeline("translate", model, folder, src_tok=src_tok, tgt_tok=tgt_tok)
+        return Pipeline("translation", model, folder, src_tok=src_tok, tgt_tok=tgt_tok)
     if (folder / "config.json").is_file():
         return _hf_pipeline(folder, run_on)
     family = family_of(saved_config(folder))
@@ -195,13 +288,14 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         from aiayn.pipelines.textclass import load_classifier, text_length
 
         model, tok, classes = load_classifier(folder, **run_on)
-        return Pipeline("classify", model, folder, tok=tok, classes=classes, max_len=text_length(folder, model))
+        return Pipeline("text-classification", model, folder, tok=tok, classes=classes,
+                        max_len=text_length(folder, model))
     if family.task == "generate":
         model, tok = load_lm_run(folder, **run_on)
-        return Pipeline("generate", model, folder, tok=tok)
+        return Pipeline("text-generation", model, folder, tok=tok)
     if family.task == "embed":
         model, tok, max_len = load_bert(folder, **run_on)
-        return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+        return Pipeline("feature-extraction", model, folder, tok=tok, max_len=max_len)
     if family.task == "translate":  # a denoising run: a BART with one tokenizer for both sides
         from aiayn.data import load_tokenizer
 
@@ -210,11 +304,11 @@ def pipeline(source: str | os.PathLike, device: str | torch.device | None = None
         cfg = cast(Any, model).cfg
         check_tokenizer(one, folder / "tokenizer.json", cfg.tgt_vocab_size, special_ids(cfg),
                         exact=(folder / "args.json").is_file())
-        return Pipeline("translate", model, folder, src_tok=one, tgt_tok=one)
+        return Pipeline("translation", model, folder, src_tok=one, tgt_tok=one)
     if family.task == "classify":  # an image classifier
-        return Pipeline("classify", load_model(folder, device, quantize), folder)
+        return Pipeline("image-classification", load_model(folder, device, quantize), folder)
     detector = load_detector(folder, **run_on)
-    return Pipeline("detect", detector[0], folder, detector=detector)
+    return Pipeline("object-detection", detector[0], folder, detector=detector)
 
 
 def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
@@ -228,14 +322,15 @@ def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
         from aiayn.data import load_tokenizer
 
         model = ready(aiayn.from_hf(folder), **run_on)
-        return Pipeline("generate", model, folder, tok=load_tokenizer(folder / "tokenizer.json"))
+        return Pipeline("text-generation", model, folder, tok=load_tokenizer(folder / "tokenizer.json"))
     if task == "translate" and (folder / "source.spm").is_file():  # a Marian's SentencePiece files
         from aiayn.data.sentencepiece import marian_tokenizers
 
         src_tok, tgt_tok = marian_tokenizers(folder)
-        return Pipeline("translate", ready(aiayn.from_hf(folder), **run_on), folder, src_tok=src_tok, tgt_tok=tgt_tok)
+        return Pipeline("translation", ready(aiayn.from_hf(folder), **run_on), folder, src_tok=src_tok,
+                        tgt_tok=tgt_tok)
     model, tok, max_len = load_bert(folder, **run_on)  # anything else: refused unless a BERT
-    return Pipeline("embed", model, folder, tok=tok, max_len=max_len)
+    return Pipeline("feature-extraction", model, folder, tok=tok, max_len=max_len)
 
 
 def _hf_task(folder: Path) -> str | None:
@@ -347,8 +442,8 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
     if top_k < 1 or (sentences is not None and sentences < 1):
         raise ValueError(f"top_k and sentences must be >= 1, got top_k={top_k}, sentences={sentences}")
     p = source if isinstance(source, Pipeline) else pipeline(source)
-    if p.task != "generate":
-        raise ValueError(f"source: {p.source} holds a {type(p.model).__name__}, which can {p.task}; a TL;DR "
+    if p.task != "text-generation":
+        raise ValueError(f"source: {p.source} holds a {type(p.model).__name__}, a {p.task} model; a TL;DR "
                          f"summary needs a language model")
     out = cast(str, p.generate(text.rstrip() + TLDR, max_new_tokens=max_new_tokens, temperature=1.0, top_k=top_k,
                                seed=seed))
@@ -357,4 +452,4 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
     return out.strip()
 
 
-__all__ = ["TLDR", "Pipeline", "pipeline", "tldr", "tokenizer"]
+__all__ = ["METHODS", "TLDR", "Pipeline", "pipeline", "tldr", "tokenizer"]

@@ -1,5 +1,10 @@
 """Generating with a saved language model (an ``aiayn train lm`` run, a converted GPT-2 or Llama): whole texts
 or a stream of pieces, cut at stop strings.
+
+The arguments are ``transformers``' (``model.generate``'s names), and so are the defaults: those of its
+``pipeline("text-generation")``, 256 new tokens drawn at temperature 0.7 among the 50 most likely
+(:data:`DEFAULTS`; ``do_sample=False`` is greedy decoding). ``stop`` strings end a text and are cut from it, as
+OpenAI's API does (``transformers``' ``stop_strings`` keep them).
 """
 
 from __future__ import annotations
@@ -11,12 +16,19 @@ from shlex import quote
 from typing import Any, cast
 
 import torch
+from torch import Tensor
 
 from aiayn.data import load_tokenizer
 from aiayn.decoding import sample, stream
+from aiayn.decoding.generate import generate as generate_ids
+from aiayn.decoding.generate import sampling_options
+from aiayn.decoding.processing import Processing
+from aiayn.defaults import TEXT_GENERATION
 from aiayn.models.gpt import GPT
 from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids
 from aiayn.training import device as devices
+
+DEFAULTS = TEXT_GENERATION  # transformers' pipeline("text-generation") defaults (aiayn.defaults)
 
 
 def complete(model, tok, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
@@ -37,10 +49,35 @@ def _cut(text: str, stop: list[str]) -> tuple[str, bool]:
     return (text[: min(hits)], True) if hits else (text, False)
 
 
-def _may_begin_stop(text: str, stop: list[str]) -> int:
-    """How many characters at the end of ``text`` could be the start of a stop string: they wait until the next
-    pieces tell whether it is one (and is cut) or not (and is shown)."""
-    return max((k for s in stop for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])), default=0)
+class Text:
+    """One continuation's text as its tokens come: handed out in whole characters, held back while its end could
+    be the start of a stop string, and cut before the first stop string (as OpenAI's API cuts it).
+    :func:`stream_text` and the server (:mod:`aiayn.serve`) both read their tokens through it."""
+
+    def __init__(self, tok: Any, stop: list[str] | None = None) -> None:
+        self.tok, self.stop = tok, [s for s in stop or [] if s]
+        self.ids: list[int] = []
+        self.text = self.shown = ""
+        self.stopped = False
+
+    def add(self, token: int) -> str:
+        """Take one token; return the text that is now sure (possibly empty). After a stop string, ``stopped``."""
+        self.ids.append(token)
+        self.text, self.stopped = _cut(self.tok.decode(self.ids), self.stop)
+        if self.text.endswith("\ufffd") and not self.stopped:  # half of a multi-byte character: wait for the rest
+            return ""
+        held = 0 if self.stopped else max((k for s in self.stop for k in range(1, min(len(s), len(self.text) + 1))
+                                           if self.text.endswith(s[:k])), default=0)
+        return self._show(self.text[: len(self.text) - held])
+
+    def rest(self) -> str:
+        """At the end without a stop string: what was held back."""
+        return "" if self.stopped else self._show(self.text.removesuffix("\ufffd"))
+
+    def _show(self, ready: str) -> str:
+        piece = ready[len(self.shown):] if len(ready) > len(self.shown) else ""
+        self.shown = max(self.shown, ready, key=len)
+        return piece
 
 
 def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None, quantize: str | None = None):
@@ -67,64 +104,106 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
     return model, tok
 
 
-def generate(
-    run: str | os.PathLike,
-    prompt: str,
-    max_new_tokens: int = 200,
-    temperature: float = 0.8,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    stop: list[str] | None = None,
-    seed: int | None = None,
-    *,
-    device: str | torch.device | None = None,
-    quantize: str | None = None,
-) -> Iterator[str]:
+def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device | None = None,
+             quantize: str | None = None, **options: Any) -> Iterator[str]:
     """Yield the continuation of ``prompt`` piece by piece as the model makes it (for streaming), until
     ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded).
 
     Args:
-        temperature: divides the logits; 0 is greedy decoding.
-        seed: seeds the sampling (a generator on the model's device: a seed repeats its text on one device).
+        options: :func:`stream_text`'s (``transformers``' names; the defaults of :data:`DEFAULTS`).
         device, quantize: as :func:`load_lm_run`'s (default: a GPU when there is one, else the CPU; float32).
     """
     model, tok = load_lm_run(run, device=device, quantize=quantize)
-    yield from stream_text(model, tok, prompt, max_new_tokens, temperature, top_k, top_p, stop, seed)
+    yield from stream_text(model, tok, prompt, **options)
 
 
-def stream_text(model, tok, prompt: str, max_new_tokens: int = 200, temperature: float = 0.8,
-                top_k: int | None = None, top_p: float | None = None, stop: list[str] | None = None,
-                seed: int | None = None) -> Iterator[str]:
-    """:func:`generate` with a loaded ``model`` and tokenizer ``tok``: the continuation of ``prompt``, piece by
-    piece, whole characters only."""
+def _prompt_ids(model, tok, prompt: str, max_new_tokens: int) -> tuple[list[int], int]:
+    """The ids of ``prompt`` (the end-of-text token for an empty one) and the new tokens the model has room for."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
     room = model.cfg.max_len - len(ids)
     if room < 1:
         raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
-    gen = None if seed is None else torch.Generator(devices.of(model)).manual_seed(seed)
-    stop = [s for s in stop or [] if s]
-    new: list[int] = []
-    shown = text = ""
-    stopped = False
-    for nxt in stream(model, [ids], min(max_new_tokens, room), temperature, top_k, top_p, gen, tok.eos_id):
+    return ids, min(max_new_tokens, room)
+
+
+def _seeded(model, seed: int | None) -> torch.Generator | None:
+    """A generator on the model's device seeded with ``seed`` (a seed repeats its text on one device)."""
+    return None if seed is None else torch.Generator(devices.of(model)).manual_seed(seed)
+
+
+def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = None, seed: int | None = None,
+                  num_return_sequences: int = 1, num_beams: int = 1, **options: Any) -> list[list[str]]:
+    """The ``num_return_sequences`` continuations of each prompt (not the prompt), cut before the first stop
+    string: greedy decoding and beam search run the prompts as one batch (left-padded); sampling draws each prompt
+    on its own with a generator seeded with ``seed``, so a prompt's text does not depend on the others.
+
+    Args:
+        options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
+            ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given).
+    """
+    unknown = set(options) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown generation options {sorted(unknown)}; they are {sorted(DEFAULTS)}, stop, seed, "
+                        f"num_return_sequences, num_beams")
+    o = {**DEFAULTS, **options}
+    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"]) for p in prompts]
+    n = num_return_sequences
+    settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id}
+    del settings["max_new_tokens"]  # each prompt's room
+    where = devices.of(model)
+    if o["do_sample"]:  # one prompt at a time: each seeded alike
+        rows = [(ids, cast(Tensor, generate_ids(model, torch.tensor([ids], device=where), **settings,
+                                                generator=_seeded(model, seed), max_new_tokens=room)))
+                for ids, room in encoded]
+        made = [[r[len(ids):] for r in out.tolist()] for ids, out in rows]
+    else:
+        width = max(len(ids) for ids, _ in encoded)
+        batch = torch.zeros(len(encoded), width, dtype=torch.long, device=where)
+        mask = torch.zeros_like(batch)
+        for i, (ids, _) in enumerate(encoded):
+            batch[i, width - len(ids):], mask[i, width - len(ids):] = torch.tensor(ids), 1
+        out = cast(Tensor, generate_ids(model, batch, attention_mask=mask, **settings,
+                                        max_new_tokens=min(room for _, room in encoded))).tolist()
+        made = [[r[width:] for r in out[i * n:(i + 1) * n]] for i in range(len(encoded))]
+    ends = {tok.eos_id}
+    return [[_cut(tok.decode(_until(r, ends)), [s for s in stop or [] if s])[0] for r in rows_] for rows_ in made]
+
+
+def _until(ids: list[int], ends: set[int | None]) -> list[int]:
+    """``ids`` up to (not including) the first end token."""
+    return next((ids[:i] for i, t in enumerate(ids) if t in ends), ids)
+
+
+def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed: int | None = None,
+                **options: Any) -> Iterator[str]:
+    """:func:`generate` with a loaded ``model`` and tokenizer ``tok``: the continuation of ``prompt``, piece by
+    piece, whole characters only (``options``: those of :func:`continuations` but beams and several sequences)."""
+    unknown = set(options) - set(DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown generation options {sorted(unknown)}; streaming takes {sorted(DEFAULTS)}, stop, "
+                        f"seed")
+    o = {**DEFAULTS, **options}
+    ids, room = _prompt_ids(model, tok, prompt, o["max_new_tokens"])
+    processing = Processing(o["repetition_penalty"], o["no_repeat_ngram_size"], o["min_new_tokens"] or 0,
+                            () if tok.eos_id is None else (tok.eos_id,))
+    chosen = sampling_options(o["do_sample"], o["temperature"], o["top_k"], o["top_p"])
+    text = Text(tok, stop)
+    steps = stream(model, [ids], room, chosen["temperature"], chosen["top_k"], chosen["top_p"],
+                   _seeded(model, seed), tok.eos_id, processing=processing)
+    for nxt in steps:
         token = int(nxt[0])
         if token == tok.eos_id:
             break
-        new.append(token)
-        text, stopped = _cut(tok.decode(new), stop)
-        if text.endswith("\ufffd") and not stopped:  # half of a multi-byte character: wait for the rest
-            continue
-        ready = text if stopped else text[: len(text) - _may_begin_stop(text, stop)]
-        if len(ready) > len(shown):
-            yield ready[len(shown):]
-            shown = ready
-        if stopped:
-            break
-    rest = "" if stopped else text.removesuffix("\ufffd")[len(shown):]  # the end, and no stop string came
-    if rest:
+        if piece := text.add(token):
+            yield piece
+        if text.stopped:
+            return
+    if rest := text.rest():  # the end, and no stop string came
         yield rest
 
 
-__all__ = ["complete", "generate", "load_lm_run", "stream_text"]
+__all__ = ["DEFAULTS", "Text", "complete", "continuations", "generate", "load_lm_run", "stream_text"]

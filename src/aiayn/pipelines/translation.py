@@ -25,21 +25,31 @@ from aiayn.training.checkpoint import saved_config
 def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128) -> list[str]:
     """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
     ``model``'s device."""
+    return [best[0] for best in n_best(model, src_tok, tgt_tok, texts, beam, 1, batch_size)]
+
+
+def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
+           batch_size: int = 128) -> list[list[str]]:
+    """The ``n`` best translations of each text, best first (beam search's ``n`` best beams, ``n <= beam``);
+    :func:`translate_texts` is ``n=1``."""
+    if not 1 <= n <= beam:
+        raise ValueError(f"n_best must be between 1 and the beam size {beam}, got {n}")
     where = devices.of(model)
     for i, text in enumerate(texts):  # longer than the positions: refused, not cut or read past the table
-        if (n := len(src_tok.encode(text)) + 1) > model.cfg.max_len:  # (+ </s>)
-            raise ValueError(f"text {i + 1} (line {i + 1} of the input) is {n} tokens with its </s>; the model reads "
-                             f"at most {model.cfg.max_len} (its max_len): split it")
+        if (size := len(src_tok.encode(text)) + 1) > model.cfg.max_len:  # (+ </s>)
+            raise ValueError(f"text {i + 1} (line {i + 1} of the input) is {size} tokens with its </s>; the model "
+                             f"reads at most {model.cfg.max_len} (its max_len): split it")
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: list[str] = [""] * len(texts)
+    out: list[list[str]] = [[] for _ in texts]
     for i in range(0, len(order), batch_size):
         idx = order[i : i + batch_size]
         src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
         src = devices.move(src, where)
-        ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam)
+        ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam, num_return_sequences=n)
         assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
-        for j, row in zip(idx, ids.tolist()):
-            out[j] = tgt_tok.decode(row)
+        rows = ids.tolist()  # (len(idx) * n) rows, each text's n together
+        for k, j in enumerate(idx):
+            out[j] = [tgt_tok.decode(row) for row in rows[k * n : (k + 1) * n]]
     return out
 
 
@@ -95,4 +105,4 @@ def translate(run: str | os.PathLike, texts: list[str], beam: int = 1,
     return translate_texts(model, src_tok, tgt_tok, list(texts), beam=beam)
 
 
-__all__ = ["load_run", "translate", "translate_texts"]
+__all__ = ["load_run", "n_best", "translate", "translate_texts"]

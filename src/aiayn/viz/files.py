@@ -93,7 +93,7 @@ def read_attention(source: str | os.PathLike, text: str, target: str | None = No
     p = aiayn.pipeline(source, device=device)
     model, parts = p.model, p.parts
     where = devices.of(model)
-    if p.task == "translate":  # an encoder-decoder: a translation run, a denoising run (BART), a Marian
+    if p.task == "translation":  # an encoder-decoder: a translation run, a denoising run (BART), a Marian
         from aiayn.data import seq2seq_batch
         from aiayn.pipelines.translation import translate_texts
 
@@ -109,9 +109,9 @@ def read_attention(source: str | os.PathLike, text: str, target: str | None = No
     elif target is not None:
         raise ValueError(f"--target is for encoder-decoders (translation, denoise); {source} holds a "
                          f"{type(model).__name__}")
-    elif p.task == "generate" or (p.task in ("embed", "classify") and "tok" in parts):
+    elif p.task in ("text-generation", "feature-extraction", "text-classification"):
         tok = parts["tok"]
-        if p.task == "generate":  # a GPT: the text as `aiayn generate` reads a prompt
+        if p.task == "text-generation":  # a GPT: the text as `aiayn generate` reads a prompt
             ids = tok.encode(text)
             labels, kind = _labels(tok, text, ids), "decoder self-attention"
             types = None

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +45,9 @@ from aiayn.layers.linear import Linear
 from aiayn.layers.positional import rope_frequencies
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.pretrained import PretrainedMixin
+
+if TYPE_CHECKING:  # decoding builds on the models
+    from aiayn.decoding.generate import GenerateOutput
 
 POSITIONAL = ("learned", "rope")
 # Llama's switches besides a gated activation: any of them set otherwise than GPT-2 makes the model a Llama
@@ -334,7 +337,8 @@ class GPT(PretrainedMixin, nn.Module):
             last = hidden[torch.arange(hidden.size(0), device=hidden.device), index]  # (B, C)
         return self.score(self.embed.dropout(last))  # dropout on the classifier (section 4.1)
 
-    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                 **kwargs: Any) -> Tensor | GenerateOutput:
         """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
         ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
         from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called

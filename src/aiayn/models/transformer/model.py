@@ -9,7 +9,7 @@ Shapes: B batch, S source length, T target length, C d_model, V target vocabular
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
@@ -20,6 +20,9 @@ from aiayn.layers.linear import Linear
 from aiayn.layers.scoring import SCORINGS, Scorer, make_scorer
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.pretrained import PretrainedMixin
+
+if TYPE_CHECKING:  # decoding builds on the models
+    from aiayn.decoding.generate import GenerateOutput
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,8 @@ class Transformer(PretrainedMixin, nn.Module):
                              f"{tgt_ids.size(0)}")
         return self.decode(tgt_ids, self.encode(src_ids), src_ids)
 
-    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                 **kwargs: Any) -> Tensor | GenerateOutput:
         """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
         ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
         from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called

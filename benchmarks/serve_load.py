@@ -1,0 +1,274 @@
+"""``aiayn serve`` under load, on the loopback: throughput and p50/p99 latency against the number of concurrent
+clients and the batch settings, for a GPT-2-shaped language model and the Marian-shaped translation model.
+
+    python benchmarks/serve_load.py                     # the sweeps (a few minutes on 2 cores)
+    python benchmarks/serve_load.py --soak 600          # and 10 minutes at steady load: failures, memory
+    python benchmarks/serve_load.py --quick             # toy sizes, seconds, into a temporary folder
+
+Each server is ``aiayn serve`` in its own process on 127.0.0.1 (port 0: a free one), loaded from a run folder
+this script writes into a temporary folder: random weights of ``gpt2`` (124M: 12 layers, d_model 768, a
+50,257-token vocabulary) or of the decoding benchmarks' Marian-shaped model (3+3 layers, d_model 256, 8,000
+tokens), with byte-level BPE tokenizers trained on the package's own synthetic text. The end-of-text token's
+output row is zeroed, so greedy decoding never picks it (its logit is 0, the largest of thousands of random
+logits is not) and every request makes exactly ``--new`` tokens: the latencies compare like with like.
+
+Clients are ``httpx`` coroutines in this process, each sending its requests one after the other (a closed loop:
+a client sends its next request when its last is answered), every request bounded in time. For ``c`` clients:
+``--requests`` requests each (at least), tokens (or sentences) per second over the wall time, and the latency
+of every request. The baseline is one client's sequential loop against a server that does not batch
+(``--max-batch 1``): what a user gets without the server's batching. Targets (the issue's): at 16 clients,
+tokens/s >= 4x that baseline, with p99 latency <= 3x a lone request's. The soak sends at ``--soak-clients``
+for ``--soak`` seconds and records failed requests and the server's resident memory (VmRSS) each 10 s;
+growth is measured from the end of the first minute (the warm-up). Writes ``benchmarks/results/serve_load.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+import aiayn
+from aiayn.benchmark.cases.common import small_transformer
+from aiayn.benchmark.scripts import script_args, write_results
+from aiayn.data.bpe import EOS, BPETokenizer
+from aiayn.data.synthetic import date_lines
+
+RESULTS = Path(__file__).resolve().parent / "results"
+QUICK = {"new": 4, "requests": 2, "clients": [1, 4], "batches": [1, 4], "quick_models": True, "soak": 0}
+TIMEOUT = 120.0  # seconds any one request may take before it counts as failed
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--new", type=int, default=32, help="new tokens per completion (default 32)")
+    p.add_argument("--requests", type=int, default=3, help="requests per client at each level (default 3)")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 32],
+                   help="concurrent clients, one level each (default 1 4 16 32)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16],
+                   help="--max-batch settings swept at 16 clients (default 1 4 16)")
+    p.add_argument("--threads", type=int, default=2, help="the server's torch threads (default 2)")
+    p.add_argument("--soak", type=float, default=0, help="seconds of steady load on the LM (default 0: none)")
+    p.add_argument("--soak-clients", type=int, default=8, help="clients during the soak (default 8)")
+    p.add_argument("--quick-models", action="store_true", help="tiny models (what --quick uses)")
+    args = script_args(p, argv, QUICK, "serve-load", results=RESULTS)
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        lm, mt = lm_run(Path(tmp) / "lm", args.quick_models), translation_run(Path(tmp) / "mt", args.quick_models)
+        results: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
+                                   "lm": sweep(lm, "completions", args), "translation": sweep(mt, "translations", args)}
+        if args.soak:
+            results["soak"] = soak(lm, args)
+    results["targets"] = targets(results)
+    write_results(args.out, "serve_load", results)
+    for name, met in results["targets"].items():
+        print(f"{name}: {met}")
+
+
+# ---- the run folders -----------------------------------------------------------------------------------------
+
+
+def texts(n: int, seed: int) -> list[str]:
+    """``n`` lines of the package's synthetic dates ("the 7th of March 2019 = 2019-03-07", and the like)."""
+    return date_lines(n, seed)
+
+
+def never_ending(model: torch.nn.Module, eos: int) -> None:
+    """Zero the end-of-text token's row of every token table (the output is tied to them) and give it an output
+    bias of -10^4: greedy decoding never picks it."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding):
+                module.weight[eos] = 0
+        generator = getattr(model, "generator", None)
+        if generator is not None and generator.bias is not None:
+            generator.bias[eos] = -1e4
+
+
+def lm_run(folder: Path, quick: bool) -> Path:
+    tok = BPETokenizer.train(texts(4000, 0), vocab_size=300 if quick else 4000)
+    small = {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_len": 128} if quick else {}
+    cfg = aiayn.preset("gpt2", eos_id=EOS, **small)  # the tokenizer's end-of-text, not GPT-2's 50256
+    torch.manual_seed(0)
+    model = aiayn.build(cfg)
+    never_ending(model, EOS)
+    aiayn.save(model, folder)
+    tok.save(folder / "tokenizer.json")
+    return folder
+
+
+def translation_run(folder: Path, quick: bool) -> Path:
+    tok = BPETokenizer.train(texts(4000, 1), vocab_size=300 if quick else 4000)
+    cfg = small_transformer(quick)
+    torch.manual_seed(0)
+    model = aiayn.build(cfg)
+    never_ending(model, EOS)
+    aiayn.save(model, folder)
+    tok.save(folder / "src_tokenizer.json")
+    tok.save(folder / "tgt_tokenizer.json")
+    return folder
+
+
+# ---- a server and its clients --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Server:
+    url: str
+    pid: int
+
+
+@contextmanager
+def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = 10.0) -> Iterator[Server]:
+    """``aiayn serve RUN`` in a child process on 127.0.0.1 (a free port); stopped (SIGTERM) at the end."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn.cli.serve", str(run), "--port", "0", "--name", "bench",
+                             "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "1024",
+                             "--log-level", "warning", "--device", "cpu"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""  # "aiayn serve: bench (...) on http://127.0.0.1:PORT"
+        found = re.search(r"http://127\.0\.0\.1:\d+", line)
+        if not found:
+            raise RuntimeError(f"the server did not start: {line}{proc.stderr.read() if proc.stderr else ''}")
+        yield Server(found.group(0), proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def request(kind: str, text: str, new: int) -> tuple[str, dict[str, Any]]:
+    if kind == "completions":
+        return "/v1/completions", {"prompt": text, "max_tokens": new, "temperature": 0}
+    return "/v1/translations", {"input": [text], "beam": 1}
+
+
+async def clients(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str],
+                  until: float | None = None) -> dict[str, Any]:
+    """``n`` closed-loop clients sending ``per_client`` requests each (or, with ``until``, until that time):
+    what came back, timed."""
+    latencies: list[float] = []
+    tokens, failed = 0, 0
+
+    async def client(i: int, http: httpx.AsyncClient) -> None:
+        nonlocal tokens, failed
+        k = 0
+        while (k < per_client) if until is None else (time.monotonic() < until):
+            path, body = request(kind, prompts[(i * 7919 + k) % len(prompts)], new)
+            start = time.perf_counter()
+            try:
+                r = await http.post(url + path, json=body, timeout=TIMEOUT)
+                r.raise_for_status()
+                latencies.append(time.perf_counter() - start)
+                tokens += r.json()["usage"]["completion_tokens"] if kind == "completions" else 1
+            except (httpx.HTTPError, KeyError, ValueError):
+                failed += 1
+            k += 1
+
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(limits=limits) as http:
+        start = time.perf_counter()
+        await asyncio.gather(*(client(i, http) for i in range(n)))
+        wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return {"clients": n, "requests": len(latencies), "failed": failed, "wall_s": round(wall, 2),
+            "per_s": round(tokens / wall, 2), "p50_s": round(q[49], 3), "p99_s": round(q[98], 3)}
+
+
+def level(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str]) -> dict[str, Any]:
+    asyncio.run(clients(url, kind, 1, 1, new, prompts))  # warm-up: the first call's one-off costs
+    found = asyncio.run(clients(url, kind, n, per_client, new, prompts))
+    print(f"  {kind}: {n:>3} clients  {found['per_s']:>8} /s  p50 {found['p50_s']:.2f} s  p99 {found['p99_s']:.2f} s"
+          f"  failed {found['failed']}", flush=True)
+    return found
+
+
+def sweep(run: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The lone baseline (no batching, one client), the clients sweep (default batching) and the batch sweep
+    (16 clients, or the most asked for)."""
+    prompts = texts(256, 2)
+    unit = "tokens" if kind == "completions" else "sentences"
+    print(f"{run.name}: {unit} per second", flush=True)
+    many = 16 if 16 in args.clients else max(args.clients)
+    out: dict[str, Any] = {"unit": unit}
+    with serving(run, args.threads, 1) as server:
+        out["lone"] = level(server.url, kind, 1, max(args.requests, 4), args.new, prompts)
+    out["by_batch"] = {}
+    for b in args.batches:
+        with serving(run, args.threads, b) as server:
+            if b == max(args.batches):
+                out["by_clients"] = {n: level(server.url, kind, n, args.requests, args.new, prompts)
+                                     for n in args.clients}
+                out["by_batch"][b] = out["by_clients"][many]
+            else:
+                out["by_batch"][b] = level(server.url, kind, many, args.requests, args.new, prompts)
+    out["max_batch"], out["many"] = max(args.batches), many
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def soak(run: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Steady load for ``--soak`` seconds: every request's outcome, and the server's memory each 10 s."""
+    prompts = texts(256, 3)
+    with serving(run, args.threads, 16) as server:
+        asyncio.run(clients(server.url, "completions", 1, 1, args.new, prompts))
+        end = time.monotonic() + args.soak
+        memory: list[tuple[float, float]] = []
+
+        async def watch() -> dict[str, Any]:
+            start = time.monotonic()
+            load = asyncio.ensure_future(clients(server.url, "completions", args.soak_clients, 0, args.new,
+                                                 random.Random(0).sample(prompts, len(prompts)), until=end))
+            while not load.done():
+                memory.append((round(time.monotonic() - start, 1), round(rss_mib(server.pid), 1)))
+                await asyncio.wait({load}, timeout=10)
+            return load.result()
+
+        found = asyncio.run(watch())
+    warm = next((m for t, m in memory if t >= min(60.0, args.soak / 4)), memory[0][1])
+    growth = (memory[-1][1] - warm) / warm
+    print(f"  soak: {found['requests']} requests, {found['failed']} failed; resident memory {warm} -> "
+          f"{memory[-1][1]} MiB ({growth:+.1%})", flush=True)
+    return {**found, "seconds": args.soak, "memory_mib": memory, "after_warmup_mib": warm,
+            "growth": round(growth, 4)}
+
+
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, each with what was measured: speed-up over the lone loop and p99 over a lone
+    request's latency, at the clients sweep's 16 (or its most) under the largest batch."""
+    out = {}
+    for name in ("lm", "translation"):
+        r = results[name]
+        at = r["by_clients"][r["many"]]
+        speed, slow = at["per_s"] / r["lone"]["per_s"], at["p99_s"] / r["lone"]["p50_s"]
+        out[name] = {"clients": r["many"], "speedup": round(speed, 2), "p99_over_lone": round(slow, 2),
+                     "met": speed >= 4 and slow <= 3}
+    if "soak" in results:
+        s = results["soak"]
+        out["soak"] = {"failed": s["failed"], "growth": s["growth"], "met": s["failed"] == 0 and s["growth"] < 0.05}
+    return out
+
+
+if __name__ == "__main__":
+    main()

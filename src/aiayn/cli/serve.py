@@ -1,0 +1,110 @@
+"""``aiayn serve RUN_OR_FOLDER_OR_ID``: arguments -> :func:`aiayn.pipeline` and :class:`aiayn.serve.Settings`,
+then uvicorn on :func:`aiayn.serve.make_app`. SIGTERM (or Ctrl-C) stops taking requests, finishes those in
+flight and exits 0.
+
+    aiayn serve runs/lm-dates --port 8000 --max-batch 16 --max-wait-ms 10 --max-queue 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiayn.cli import DEVICE_HELP, INT8_HELP
+
+MISSING = "aiayn serve needs Starlette and uvicorn: pip install 'aiayn[serve]'"
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add ``serve`` to the ``aiayn`` command's subparsers ``sub``; returns its parser."""
+    p = sub.add_parser("serve", help="a model behind HTTP: OpenAI-compatible completions (streamed, continuously "
+                                     "batched) and embeddings, translations, classifications, detections")
+    p.add_argument("source", metavar="RUN_OR_FOLDER_OR_ID",
+                   help="a run folder, a Hugging Face folder or model id (what aiayn.pipeline loads)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one, printed)")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument("--int8", action="store_true", help=INT8_HELP)
+    p.add_argument("--max-batch", type=int, default=16, help="rows (generation) or inputs run together, at most")
+    p.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long a first request waits for others to batch with, when the model is idle")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="rows or inputs that may wait; past it, 503 with Retry-After")
+    p.add_argument("--max-inputs", type=int, default=64, help="prompts, texts or images in one request, at most")
+    p.add_argument("--name", default=None, help="the model's name in /v1/models and requests' model field "
+                                                "(default: the folder's name, or the model id)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or Ctrl-C; 0 after a clean stop, 2 for bad arguments or a missing extra."""
+    for flag in ("max_batch", "max_queue", "max_inputs"):
+        if getattr(args, flag) < 1:
+            return _refuse(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.max_wait_ms < 0:
+        return _refuse(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not 0 <= args.port < 65536:
+        return _refuse(f"--port must be in [0, 65535], got {args.port}")
+    try:
+        import uvicorn
+
+        from aiayn.serve import Settings, make_app
+    except ImportError:
+        return _refuse(MISSING)
+    import aiayn
+
+    pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None)
+    settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
+                        max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs)
+    app = make_app(pipe, settings)
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, that drains on a signal (new requests: 503) and says where it listens."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.draining = True
+            super().handle_exit(sig, frame)
+            if hasattr(self, "_captured_signals"):  # a drained stop is a clean one: exit 0, not by the signal
+                self._captured_signals.clear()
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            for server in getattr(self, "servers", []):
+                for sock in server.sockets:
+                    host, port = sock.getsockname()[:2]
+                    print(f"aiayn serve: {settings.name} ({pipe.task}) on http://{host}:{port}", flush=True)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
+                            timeout_graceful_shutdown=None)
+    Server(config).run()
+    return 0
+
+
+def _name(source: str) -> str:
+    """A folder's name, or a model id as given."""
+    path = Path(source)
+    return path.resolve().name if path.is_dir() else source
+
+
+def _refuse(message: str) -> int:
+    print(f"aiayn serve: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``aiayn serve`` on its own (``python -m aiayn.cli.serve ARGS``): the same flags, for scripts and tests."""
+    parser = argparse.ArgumentParser(prog="aiayn")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run(args)
+    except (ValueError, OSError) as e:
+        return _refuse(str(e))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""``transformers``' generation defaults, stated once here and importable without PyTorch (the command line builds
+its ``--help`` from them before anything heavy is imported).
+
+``model.generate`` (:mod:`aiayn.decoding.generate`) keeps ``transformers``' ``GenerationConfig`` defaults: greedy,
+20 new tokens; the text-generation pipeline (:mod:`aiayn.pipelines.lm`, ``aiayn generate``) keeps those of
+``transformers.pipeline("text-generation")`` (its ``_default_generation_config``): 256 new tokens drawn at
+temperature 0.7 among the 50 most likely.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+HF_NEW_TOKENS = 20  # what transformers' generate makes when given no length
+HF_TOP_K = 50  # transformers' GenerationConfig.top_k
+
+TEXT_GENERATION: dict[str, Any] = {
+    "max_new_tokens": 256, "do_sample": True, "temperature": 0.7, "top_k": HF_TOP_K, "top_p": 1.0,
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0,
+}
+
+__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "TEXT_GENERATION"]

@@ -1,0 +1,440 @@
+"""The HTTP application: a loaded :class:`~aiayn.pipelines.Pipeline` behind OpenAI-shaped endpoints.
+
+    GET  /health /metrics /v1/models                      always
+    POST /v1/completions      (stream: server-sent events)  a language model (continuous batching)
+    POST /v1/embeddings                                     a BERT (micro-batching)
+    POST /v1/translations                                   a translation run
+    POST /v1/classifications                                a text or an image classifier
+    POST /v1/detections                                     a DETR
+
+Each handler only parses (:mod:`aiayn.serve.schema`), hands the work to the model's one worker thread
+(:mod:`aiayn.serve.generation` or :mod:`aiayn.serve.batching`) and answers; a bad field is a 400 naming it, a full
+queue a 503 with ``Retry-After``, a client that goes away cancels its rows. While the server drains (SIGTERM) new
+requests get a 503 and the ones in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, cast
+
+import torch
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from aiayn.pipelines.base import METHODS, Pipeline
+from aiayn.pipelines.lm import Text
+from aiayn.serve import images, schema
+from aiayn.serve.batching import Job, MicroBatcher, Worker
+from aiayn.serve.errors import ApiError, bad, busy
+from aiayn.serve.generation import ContinuousBatcher, Event, Row
+from aiayn.serve.metrics import Metrics
+
+ENDPOINTS = {"generate": "/v1/completions", "embed": "/v1/embeddings", "translate": "/v1/translations",
+             "classify": "/v1/classifications", "detect": "/v1/detections"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the server batches and what it refuses.
+
+    Args:
+        name: the model's name in ``/v1/models`` and the ``model`` field requests may give.
+        max_batch: rows (generation) or inputs (the others) run together, at most.
+        max_wait_ms: how long a first request waits for others to batch with (an idle worker only).
+        max_queue: rows or inputs that may wait; past it, 503 with ``Retry-After``.
+        max_inputs: prompts, texts or images in one request, at most (413 past it).
+        max_body: bytes of one request body, at most (413 past it).
+    """
+
+    name: str = "model"
+    max_batch: int = 16
+    max_wait_ms: float = 10.0
+    max_queue: int = 256
+    max_inputs: int = 64
+    max_body: int = 8 * 2**20
+
+    def __post_init__(self) -> None:
+        for field in ("max_batch", "max_queue", "max_inputs", "max_body"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if not self.name:
+            raise ValueError("name must not be empty")
+
+
+class _Gone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+class _Stream(StreamingResponse):
+    """A stream that is closed however it ends (a client gone mid-send included), so its rows are freed at once
+    rather than when the garbage collector finds the abandoned generator."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+def make_app(pipe: Pipeline, settings: Settings | None = None) -> Starlette:
+    """The ASGI application serving ``pipe`` (its task decides the endpoints); ``app.state.draining = True``
+    makes it refuse new requests while those in flight finish."""
+    s = settings or Settings()
+    server = _Server(pipe, s)
+    routes = [Route("/health", server.health), Route("/metrics", server.metrics_text),
+              Route("/v1/models", server.models)]
+    path = ENDPOINTS[server.method]
+    routes.append(Route(path, server.endpoint(path, server.handler()),
+                        methods=["POST"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        server.worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(server.worker.stop)
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: server.http_error})
+    app.state.draining = False
+    app.state.server = server
+    return app
+
+
+class _Server:
+    """The handlers and what they share: the pipeline, its worker, the metrics."""
+
+    def __init__(self, pipe: Pipeline, settings: Settings) -> None:
+        self.pipe, self.settings, self.metrics = pipe, settings, Metrics()
+        self.method = METHODS[pipe.task]  # what the pipeline does: generate, embed, translate, classify, detect
+        self.created = int(time.time())
+        self.worker = self._worker()
+
+    # ---- the worker of the task --------------------------------------------------------------------------------
+
+    def _worker(self) -> Worker:
+        s, task, pipe = self.settings, self.method, self.pipe
+        wait = s.max_wait_ms / 1000
+        if task == "generate":
+            tok = pipe.parts["tok"]
+            ends = set() if tok.eos_id is None else {tok.eos_id}
+            return ContinuousBatcher(pipe.model, ends, s.max_batch, wait, s.max_queue, self.metrics)
+        call: Callable[[Any, list[Any]], list[Any]]
+        if task == "embed":
+            call = lambda key, texts: list(pipe.embed(texts))  # noqa: E731  (N, C) -> N vectors
+        elif task == "translate":
+            call = lambda beam, texts: list(pipe.translate(texts, beam=int(beam)))  # noqa: E731
+        elif task == "classify":
+            call = lambda top, inputs: list(pipe.classify(inputs, top=int(top)))  # noqa: E731
+        else:
+            detector = pipe.parts["detector"]
+            call = lambda threshold, pictures: [  # noqa: E731  (one at a time: DETR reads no padding mask)
+                images.find_objects(detector, p, float(threshold)) for p in pictures]
+        return MicroBatcher(call, s.max_batch, wait, s.max_queue, self.metrics)
+
+    def handler(self) -> Callable[[Request, dict[str, Any]], Awaitable[Response]]:
+        return {"generate": self.completions, "embed": self.embeddings, "translate": self.translations,
+                "classify": self.classifications, "detect": self.detections}[self.method]
+
+    # ---- around every POST: body, errors, metrics -----------------------------------------------------------
+
+    def endpoint(self, path: str, handle: Callable[[Request, dict[str, Any]], Awaitable[Response]]
+                 ) -> Callable[[Request], Awaitable[Response]]:
+        """``handle(request, body)`` with the body read as JSON, errors answered as JSON, and metrics kept."""
+
+        async def run(request: Request) -> Response:
+            start = time.perf_counter()
+            try:
+                if request.app.state.draining:
+                    raise ApiError(503, "the server is shutting down; retry on another", None,
+                                   {"Retry-After": "1", "Connection": "close"})
+                response = await handle(request, await self._json(request))
+            except ApiError as e:
+                response = JSONResponse(e.body(), e.status, headers=e.headers)
+            except _Gone:
+                self.metrics.request(path, 499, time.perf_counter() - start)  # nginx's "client closed request"
+                return Response(status_code=499)
+            except Exception as e:  # a failure of ours: a 500 that says what, and the server goes on
+                response = JSONResponse(ApiError(500, f"{type(e).__name__}: {e}").body(), 500)
+            if isinstance(response, StreamingResponse):  # the stream counts itself when it ends
+                return response
+            self.metrics.request(path, response.status_code, time.perf_counter() - start)
+            return response
+
+        return run
+
+    async def _json(self, request: Request) -> Any:
+        """The request's JSON body, refused past ``max_body`` bytes (413) or when it is not JSON (400)."""
+        limit = self.settings.max_body
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"the request body is {declared} bytes; at most {limit}", "body")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request body is over {limit} bytes", "body")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(400, f"the request body is not JSON: {e}", "body") from None
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        """Unknown paths (404) and methods (405) answered in the same JSON shape as the rest."""
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = {404: f"no endpoint {request.url.path}; this server's model can {self.method}: POST "
+                        f"{ENDPOINTS[self.method]}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(status, str(exc))
+        self.metrics.request("other", status, 0.0)
+        return JSONResponse(ApiError(status, message).body(), status)
+
+    # ---- GET ---------------------------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        draining = request.app.state.draining
+        body = {"status": "draining" if draining else "ok", "task": self.pipe.task,
+                "queue": len(self.worker.waiting)}
+        return JSONResponse(body, 503 if draining else 200)
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.settings.name, "object": "model",
+                                                          "created": self.created, "owned_by": "aiayn",
+                                                          "task": self.pipe.task}]})
+
+    # ---- POST /v1/completions ------------------------------------------------------------------------------
+
+    async def completions(self, request: Request, body: dict[str, Any]) -> Response:
+        req = schema.completion(body, self.settings.max_inputs)
+        name = schema.model_name(body, self.settings.name)
+        tok, cfg = self.pipe.parts["tok"], cast(Any, self.pipe.model).cfg
+        encoded = []
+        for i, prompt in enumerate(req.prompts):
+            ids = tok.encode(prompt) or ([] if tok.eos_id is None else [tok.eos_id])  # none: the end-of-text
+            field = "prompt" if len(req.prompts) == 1 else f"prompt[{i}]"
+            if not ids:
+                raise bad(field, "is empty and the tokenizer has no end-of-text token to start from")
+            if len(ids) >= cfg.max_len:
+                raise bad(field, f"is {len(ids)} tokens; the model reads at most {cfg.max_len} with the new ones")
+            if len(ids) + req.max_tokens > cfg.max_len:
+                raise bad("max_tokens", f"is {req.max_tokens}, but {field} is {len(ids)} tokens and the model reads "
+                                        f"at most {cfg.max_len}: at most {cfg.max_len - len(ids)} new tokens")
+            encoded.append(ids)
+        loop, events = asyncio.get_running_loop(), asyncio.Queue[tuple[int, Event]]()
+        device = next(self.pipe.model.parameters()).device
+        rows = [Row(prompt=ids, budget=req.max_tokens, temperature=req.temperature, top_k=req.top_k or None,
+                    top_p=req.top_p if req.top_p < 1 else None,
+                    generator=None if req.seed is None else torch.Generator(device).manual_seed(req.seed),
+                    text=Text(tok, req.stop), send=partial(_post, loop, events, i))
+                for i, ids in enumerate(encoded)]
+        if not self.worker.submit(rows):  # type: ignore[attr-defined]
+            raise busy()
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": name}
+        if req.stream:
+            return _Stream(self._stream(request, events, rows, head, req.include_usage),
+                           media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        texts, reasons = [""] * len(rows), [""] * len(rows)
+        async with contextlib.aclosing(_events(request, events, rows)) as each:
+            async for i, (kind, value) in each:
+                if kind == "piece":
+                    texts[i] += value
+                elif kind == "done":
+                    reasons[i] = value
+                else:
+                    raise value
+        choices = [{"text": t, "index": i, "logprobs": None, "finish_reason": r}
+                   for i, (t, r) in enumerate(zip(texts, reasons))]
+        return JSONResponse({**head, "choices": choices, "usage": _usage(rows)})
+
+    async def _stream(self, request: Request, events: asyncio.Queue, rows: list[Row], head: dict[str, Any],
+                      include_usage: bool) -> AsyncIterator[str]:
+        """Server-sent events as OpenAI sends them: a chunk per piece of text, one with each row's
+        ``finish_reason``, the usage when asked for, then ``[DONE]``."""
+        start, status = time.perf_counter(), 499  # until the end is sent: the client went away
+        try:
+            async with contextlib.aclosing(_events(request, events, rows)) as each:
+                async for i, (kind, value) in each:
+                    if kind == "error":
+                        status = 500
+                        yield _sse(ApiError(500, f"{type(value).__name__}: {value}").body())
+                        return
+                    choice = {"text": value if kind == "piece" else "", "index": i, "logprobs": None,
+                              "finish_reason": value if kind == "done" else None}
+                    yield _sse({**head, "choices": [choice]})
+            if include_usage:
+                yield _sse({**head, "choices": [], "usage": _usage(rows)})
+            yield "data: [DONE]\n\n"
+            status = 200
+        except _Gone:
+            pass
+        finally:
+            self.metrics.request("/v1/completions", status, time.perf_counter() - start)
+
+    # ---- POST: micro-batched tasks ------------------------------------------------------------------------------
+
+    async def _batched(self, request: Request, inputs: list[Any], key: Hashable) -> list[Any]:
+        """Run ``inputs`` in the micro-batcher with others of the same ``key``; their results, in order."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+        job = Job(inputs, key, lambda result: _call_soon(loop, _settle, answer, result))
+        if not self.worker.submit(job):  # type: ignore[attr-defined]
+            raise busy()
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not answer.done():
+            job.cancelled = True
+            raise _Gone
+        result = answer.result()
+        if isinstance(result, (ValueError, TypeError)):  # the pipeline refused an input: the client's fault
+            raise ApiError(400, str(result), "input")
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def embeddings(self, request: Request, body: dict[str, Any]) -> Response:
+        body = schema.fields(body, {"model", "input", "encoding_format", "dimensions"})
+        name = schema.model_name(body, self.settings.name)
+        texts = schema.texts(body, "input", self.settings.max_inputs)
+        form = body.get("encoding_format") or "float"
+        if form not in ("float", "base64"):
+            raise bad("encoding_format", f"must be 'float' or 'base64', got {form!r}")
+        width = cast(Any, self.pipe.model).cfg.d_model
+        if schema.integer(body, "dimensions", width, 1) != width:
+            raise bad("dimensions", f"must be the model's {width} (vectors are not shortened), got "
+                                    f"{body['dimensions']!r}")
+        vectors = await self._batched(request, texts, "embed")
+        tok = self.pipe.parts["tok"]
+        tokens = sum(len(tok.encode(t)[0]) for t in texts)  # WordPiece: (ids, token types); no specials counted
+        self.metrics.count_tokens(prompt=tokens)
+
+        def encoded(v: torch.Tensor) -> Any:
+            if form == "float":
+                return v.tolist()
+            return base64.b64encode(v.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
+
+        data = [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)]
+        return JSONResponse({"object": "list", "data": data, "model": name,
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def translations(self, request: Request, body: dict[str, Any]) -> Response:
+        body = schema.fields(body, {"model", "input", "beam"})
+        name = schema.model_name(body, self.settings.name)
+        texts = schema.texts(body, "input", self.settings.max_inputs)
+        beam = schema.integer(body, "beam", 1, 1, 16)
+        found = await self._batched(request, texts, beam)
+        data = [{"object": "translation", "index": i, "text": t} for i, t in enumerate(found)]
+        return JSONResponse({"object": "list", "data": data, "model": name})
+
+    async def classifications(self, request: Request, body: dict[str, Any]) -> Response:
+        body = schema.fields(body, {"model", "input", "images", "top"})
+        name = schema.model_name(body, self.settings.name)
+        classes = self.pipe.parts.get("classes")
+        top = schema.integer(body, "top", 3, 1)
+        inputs: list[Any]
+        if classes is not None:  # a text classifier
+            if "images" in body:
+                raise bad("images", "this model classifies texts: send them as input")
+            inputs, top = schema.texts(body, "input", self.settings.max_inputs), min(top or 3, len(classes))
+        else:
+            if "input" in body:
+                raise bad("input", "this model classifies images: send them, base64-encoded, as images")
+            files = schema.image_bytes(body, "images", self.settings.max_inputs)
+            pictures = [images.decode(f, f"images[{i}]") for i, f in enumerate(files)]
+            inputs = [images.pixels(p).float() / 255 for p in pictures]  # (3, H, W) in [0, 1]
+        found = await self._batched(request, inputs, top)
+        data = [{"index": i, **{k: v for k, v in r.items() if k != "text"}} for i, r in enumerate(found)]
+        return JSONResponse({"object": "list", "data": data, "model": name})
+
+    async def detections(self, request: Request, body: dict[str, Any]) -> Response:
+        body = schema.fields(body, {"model", "images", "threshold"})
+        name = schema.model_name(body, self.settings.name)
+        threshold = schema.number(body, "threshold", 0.7, 0.0, 1.0)
+        if threshold >= 1:
+            raise bad("threshold", f"must be below 1, got {threshold}")
+        files = schema.image_bytes(body, "images", self.settings.max_inputs)
+        pictures = [images.decode(f, f"images[{i}]") for i, f in enumerate(files)]
+        found = await self._batched(request, pictures, threshold)
+        data = [{"index": i, "objects": objects} for i, objects in enumerate(found)]
+        return JSONResponse({"object": "list", "data": data, "model": name})
+
+
+# ---- the event loop's side of the worker's hand-offs -------------------------------------------------------------
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn(*args)`` on ``loop`` from the worker thread; nothing once the loop is closed (server gone)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _post(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, index: int, event: Event) -> None:
+    _call_soon(loop, events.put_nowait, (index, event))
+
+
+def _settle(answer: asyncio.Future, result: Any) -> None:
+    if not answer.done():
+        answer.set_result(result)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client has gone (the body was read, so the next message can only be the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _events(request: Request, events: asyncio.Queue, rows: list[Row]
+                  ) -> AsyncGenerator[tuple[int, Event], None]:
+    """The rows' events as they come, until each row is done or failed; if the client goes away first, its rows
+    are cancelled (they leave the batch at the next step) and :class:`_Gone` is raised."""
+    left = len(rows)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        while left:
+            get = asyncio.ensure_future(events.get())
+            await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not get.done():
+                get.cancel()
+                raise _Gone
+            index, event = get.result()
+            if event[0] in ("done", "error"):
+                left -= 1
+            yield index, event
+    finally:
+        gone.cancel()
+        for r in rows:
+            if not r.done:
+                r.cancelled = True
+
+
+def _usage(rows: list[Row]) -> dict[str, int]:
+    prompt, made = sum(len(r.prompt) for r in rows), sum(r.steps for r in rows)
+    return {"prompt_tokens": prompt, "completion_tokens": made, "total_tokens": prompt + made}
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+__all__ = ["ENDPOINTS", "Settings", "make_app"]

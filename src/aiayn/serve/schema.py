@@ -1,0 +1,173 @@
+"""What each endpoint reads from a request's JSON, checked field by field: a wrong field is a 400 that names it
+(:func:`aiayn.serve.errors.bad`), a field the server does not know is refused by name, as OpenAI's API does.
+
+The completion fields are OpenAI's (``/v1/completions``) with its defaults: 16 new tokens at temperature 1;
+``temperature: 0`` is greedy decoding. ``top_k`` is an extension (0 or absent: every token). The other
+endpoints take ``input`` (a string or a list of them) as ``/v1/embeddings`` does, and their own knobs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from aiayn.serve.errors import ApiError, bad
+
+# OpenAI fields we accept only at the value that changes nothing (anything else is refused by name)
+NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "echo": False, "logprobs": None, "suffix": None,
+                           "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None}
+
+
+def fields(body: Any, known: set[str]) -> dict[str, Any]:
+    """``body`` as a dict whose keys are all ``known`` (or neutral, or ``user``); refuses anything else by name."""
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    for key, value in body.items():
+        if key in known or key == "user":
+            continue
+        if key in NEUTRAL:
+            if value not in (NEUTRAL[key], None):
+                raise bad(key, f"is not supported here: only {NEUTRAL[key]!r} (or absent), got {value!r}")
+            continue
+        raise ApiError(400, f"unrecognized request field {key!r}; this endpoint takes {sorted(known)}", key)
+    return body
+
+
+def model_name(body: dict[str, Any], served: str) -> str:
+    """The ``model`` field: absent, or the name the server serves (``GET /v1/models``)."""
+    name = body.get("model")
+    if name is None:
+        return served
+    if not isinstance(name, str):
+        raise bad("model", f"must be a string, got {type(name).__name__}")
+    if name != served:
+        raise ApiError(404, f"model {name!r} is not served here; this server serves {served!r} (GET /v1/models)",
+                       "model")
+    return name
+
+
+def texts(body: dict[str, Any], key: str, most: int) -> list[str]:
+    """A string or a non-empty list of at most ``most`` strings, as a list."""
+    value = body.get(key)
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise bad(key, f"must be a string or a non-empty list of strings, got {_kind(value)}")
+    if len(value) > most:
+        raise ApiError(413, f"{key} holds {len(value)} items; at most {most} per request", key)
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise bad(f"{key}[{i}]", f"must be a string, got {_kind(v)} (token ids are not taken)")
+    return list(value)
+
+
+def integer(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+    """An integer in ``[lo, hi]``, or ``default`` when absent or null."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
+        upper = "" if hi is None else f" and <= {hi}"
+        raise bad(key, f"must be an integer >= {lo}{upper}, got {value!r}")
+    return value
+
+
+def number(body: dict[str, Any], key: str, default: float, lo: float, hi: float, open_lo: bool = False) -> float:
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``), or ``default`` when absent or null."""
+    value = body.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value > hi or value < lo or (open_lo and value == lo):
+        raise bad(key, f"must be a number in {'(' if open_lo else '['}{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad(key, f"must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A ``POST /v1/completions`` request, checked. ``temperature`` 0 is greedy; ``top_p`` 1 and ``top_k`` 0
+    keep every token."""
+
+    prompts: list[str]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop: list[str]
+    seed: int | None
+    stream: bool
+    include_usage: bool
+
+
+COMPLETION = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream",
+              "stream_options"}
+
+
+def completion(body: Any, most: int) -> Completion:
+    """Read a completion request (OpenAI's fields and defaults); ``most``: prompts per request."""
+    body = fields(body, COMPLETION)
+    if "prompt" not in body:
+        raise bad("prompt", "is required")
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    elif not (isinstance(stop, list) and len(stop) <= 16 and all(isinstance(s, str) for s in stop)):
+        raise bad("stop", f"must be a string or a list of at most 16 strings, got {_kind(stop)}")
+    options = body.get("stream_options")
+    if options is not None and not (isinstance(options, dict) and set(options) <= {"include_usage"}):
+        raise bad("stream_options", f"must be an object with include_usage only, got {options!r}")
+    return Completion(
+        prompts=texts(body, "prompt", most),
+        max_tokens=integer(body, "max_tokens", 16, 1) or 16,
+        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
+        top_k=integer(body, "top_k", 0, 0) or 0,
+        stop=[s for s in stop if s],
+        seed=integer(body, "seed", None, -(2**63), 2**63 - 1),
+        stream=flag(body, "stream"),
+        include_usage=flag(options or {}, "include_usage"),
+    )
+
+
+def image_bytes(body: dict[str, Any], key: str, most: int) -> list[bytes]:
+    """A non-empty list of base64 images (or ``data:image/...;base64,`` URLs), decoded to their file bytes."""
+    value = body.get(key)
+    if not isinstance(value, list) or not value:
+        raise bad(key, f"must be a non-empty list of base64-encoded image files, got {_kind(value)}")
+    if len(value) > most:
+        raise ApiError(413, f"{key} holds {len(value)} images; at most {most} per request", key)
+    out = []
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise bad(f"{key}[{i}]", f"must be a base64 string, got {_kind(v)}")
+        data = v.split(",", 1)[1] if v.startswith("data:") and "," in v else v
+        try:
+            out.append(base64.b64decode(data, validate=True))
+        except (binascii.Error, ValueError):
+            raise bad(f"{key}[{i}]", "is not valid base64") from None
+    return out
+
+
+def _kind(value: Any) -> str:
+    """How a value is named in an error: its JSON type, and the value when short."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    name = names.get(type(value), "a number")
+    return name if isinstance(value, (dict, list)) or value is None else f"{name} ({str(value)[:40]!r})"
+
+
+__all__ = ["COMPLETION", "Completion", "completion", "fields", "flag", "image_bytes", "integer", "model_name",
+           "number", "texts"]

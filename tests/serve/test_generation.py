@@ -1,0 +1,132 @@
+"""Continuous batching, without HTTP: rows that join and leave a running batch at step boundaries decode what each
+decodes alone (``aiayn.decoding.sample``, greedy); the queue and the micro-batcher keep their contracts."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.decoding import sample
+from aiayn.pipelines.lm import Text
+from aiayn.serve.batching import Job, MicroBatcher, Waiting
+from aiayn.serve.generation import Batch, Row
+from aiayn.serve.metrics import Metrics
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Chars:
+    """A tokenizer of one character per id, for :class:`Text`."""
+
+    eos_id = None
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def row(prompt, budget, stop=(), tok=None, events=None):
+    return Row(prompt=list(prompt), budget=budget, temperature=0.0, top_k=None, top_p=None, generator=None,
+               text=Text(tok or Chars(), list(stop)), send=(events if events is not None else []).append)
+
+
+def test_text_holds_back_what_may_start_a_stop_string_and_cuts_at_it():
+    text = Text(Chars(), ["cd"])
+    assert [text.add(ord(c)) for c in "acxc"] == ["a", "", "cx", ""]
+    assert text.add(ord("d")) == "" and text.stopped and text.shown == "acx"
+    free = Text(Chars(), ["cd"])
+    assert "".join(free.add(ord(c)) for c in "abc") + free.rest() == "abc"  # no stop came: the held "c" comes out
+
+
+def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs):
+    p = aiayn.pipeline(runs["lm"], device="cpu")
+    model, tok = p.model, p.parts["tok"]
+    texts = ["1 May", "the 3rd of June 1999 =", "x", "2001-02-03", "12 December", "May", "7"]
+    budgets = [30, 7, 19, 3, 12, 25, 1]
+    prompts = [tok.encode(t) for t in texts]
+    alone = [sample(model, [pr], n, temperature=0.0, eos_id=tok.eos_id)[0][len(pr):] for pr, n in zip(prompts, budgets)]
+    rows = [row(pr, n, tok=tok) for pr, n in zip(prompts, budgets)]
+    cancelled = row(tok.encode("abandoned"), 40, tok=tok)
+    joins = {0: [0, 1], 2: [2], 5: [3, 4, 6], 6: [5]}  # 6 joins with a budget of 1: done at its prefill
+    batch, sizes = Batch(model, {tok.eos_id}, Metrics()), []
+    with torch.inference_mode():
+        for step in range(80):
+            if step == 1:
+                batch.update([cancelled])
+            if step == 4:
+                cancelled.cancelled = True  # its client went away: it leaves at the next boundary
+            batch.update([rows[i] for i in joins.get(step, [])])
+            sizes.append(len(batch.rows))
+            assert batch.real.shape[0] == len(batch.rows)
+            if batch.rows:
+                assert batch.real[:, 0].any() and batch.cache.length == batch.real.size(1)  # no unused column
+                batch.step()
+    assert not batch.rows and max(sizes) >= 4
+    for r, want in zip(rows, alone):
+        assert r.text.ids == [t for t in want if t != tok.eos_id]
+        assert r.finish == ("stop" if tok.eos_id in want else "length")
+    assert cancelled.finish is None and cancelled.steps < 10
+
+
+def test_a_row_joins_only_when_the_packed_cache_fits_the_positions(runs):
+    p = aiayn.pipeline(runs["lm"], device="cpu")
+    model, n = p.model, p.model.cfg.max_len
+    long = row([5] * 10, n - 10)
+    wide = row([6] * 100, n - 100)
+    batch = Batch(model, set(), Metrics())  # no end token: the rows run their whole budgets
+    with torch.inference_mode():
+        batch.update([long])
+        assert not batch.admits([], wide)  # 100 columns + the long row's ~245 steps left > max_len
+        while not batch.admits([], wide):
+            batch.step()
+        assert long.left <= n - 100
+        batch.update([wide])
+        batch.step()
+    assert [r.steps for r in batch.rows] == [long.steps, 2]
+
+
+def test_waiting_is_bounded_and_takes_what_came_within_the_wait():
+    q = Waiting(3)
+    assert q.offer([("a", 1), ("b", 1)]) and not q.offer([("c", 1), ("d", 1)]) and len(q) == 2  # all or none
+    assert q.take(5, block=True, gather=0.0) == ["a", "b"]
+    assert q.take(5, block=False, gather=0.0) == []
+    later = threading.Timer(0.05, lambda: q.offer([("e", 1)]))
+    assert q.offer([("d", 2)])
+    later.start()
+    start = time.monotonic()
+    assert q.take(5, block=True, gather=0.5) == ["d", "e"]  # "e" came within the wait after "d"
+    assert 0.4 < time.monotonic() - start < 2.0
+    later.join()
+    q.close()
+    assert q.take(5, block=True, gather=0.0) in ([], None) and q.take(5, block=True, gather=0.0) is None
+    assert not q.offer([("f", 1)])
+
+
+def test_micro_batcher_groups_by_key_and_fails_only_the_bad_request():
+    calls = []
+
+    def call(key, inputs):
+        calls.append((key, list(inputs)))
+        if "bad" in inputs:
+            raise ValueError("bad input")
+        return [f"{key}:{x}" for x in inputs]
+
+    batcher = MicroBatcher(call, max_batch=8, max_wait=0.2, max_queue=16, metrics=Metrics())
+    answers, done = {}, threading.Event()
+
+    def reply(name):
+        def settle(result):
+            answers[name] = result
+            if len(answers) == 4:
+                done.set()
+        return settle
+
+    for name, inputs, key in [("one", ["a", "b"], 1), ("two", ["c"], 2), ("three", ["bad"], 1), ("four", ["d"], 1)]:
+        assert batcher.submit(Job(inputs, key, reply(name)))
+    batcher.start()
+    assert done.wait(10)
+    batcher.stop(10)
+    assert answers["one"] == ["1:a", "1:b"] and answers["two"] == ["2:c"] and answers["four"] == ["1:d"]
+    assert isinstance(answers["three"], ValueError)
+    assert (1, ["a", "b", "bad", "d"]) in calls  # one call for key 1, then each job alone
