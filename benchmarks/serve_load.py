@@ -2,7 +2,7 @@
 clients and the batch settings, for a GPT-2-shaped language model and the Marian-shaped translation model.
 
     python benchmarks/serve_load.py                     # the sweeps (a few minutes on 2 cores)
-    python benchmarks/serve_load.py --soak 600          # and 10 minutes at steady load: failures, memory
+    python benchmarks/serve_load.py --soak 600          # 10 minutes at steady load instead: failures, memory
     python benchmarks/serve_load.py --quick             # toy sizes, seconds, into a temporary folder
 
 Each server is ``aiayn serve`` in its own process on 127.0.0.1 (port 0: a free one), loaded from a run folder
@@ -15,11 +15,13 @@ logits is not) and every request makes exactly ``--new`` tokens: the latencies c
 Clients are ``httpx`` coroutines in this process, each sending its requests one after the other (a closed loop:
 a client sends its next request when its last is answered), every request bounded in time. For ``c`` clients:
 ``--requests`` requests each (at least), tokens (or sentences) per second over the wall time, and the latency
-of every request. The baseline is one client's sequential loop against a server that does not batch
+of every request; at 16 clients also each ``--max-batch`` of ``--batches`` and each ``--max-wait-ms`` of
+``--waits``. The baseline is one client's sequential loop against a server that does not batch
 (``--max-batch 1``): what a user gets without the server's batching. Targets (the issue's): at 16 clients,
 tokens/s >= 4x that baseline, with p99 latency <= 3x a lone request's. The soak sends at ``--soak-clients``
 for ``--soak`` seconds and records failed requests and the server's resident memory (VmRSS) each 10 s;
-growth is measured from the end of the first minute (the warm-up). Writes ``benchmarks/results/serve_load.json``.
+growth is measured from the end of the first minute (the warm-up). Writes ``benchmarks/results/serve_load.json``
+(the sweeps) or ``serve_soak.json`` (``--soak``).
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ from aiayn.benchmark.cases.common import small_transformer
 from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.data.bpe import EOS, BPETokenizer
 from aiayn.data.synthetic import date_lines
+from aiayn.defaults import SERVING
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUICK = {"new": 4, "requests": 2, "clients": [1, 4], "batches": [1, 4], "quick_models": True, "soak": 0}
+QUICK = {"new": 4, "requests": 2, "clients": [1, 4], "batches": [1, 4], "waits": [0, 10], "quick_models": True,
+         "soak": 0}
+WAIT = SERVING["max_wait_ms"]  # aiayn serve's default --max-wait-ms: every level but the waits sweep
 TIMEOUT = 120.0  # seconds any one request may take before it counts as failed
 
 
@@ -62,17 +67,25 @@ def main(argv: list[str] | None = None) -> None:
                    help="concurrent clients, one level each (default 1 4 16 32)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16],
                    help="--max-batch settings swept at 16 clients (default 1 4 16)")
+    p.add_argument("--waits", type=float, nargs="+", default=[0, 10, 50],
+                   help="--max-wait-ms settings swept at 16 clients and the largest batch (default 0 10 50; the "
+                        "other levels run with aiayn serve's default)")
     p.add_argument("--threads", type=int, default=2, help="the server's torch threads (default 2)")
-    p.add_argument("--soak", type=float, default=0, help="seconds of steady load on the LM (default 0: none)")
+    p.add_argument("--soak", type=float, default=0,
+                   help="seconds of steady load on the LM, instead of the sweeps (default 0: the sweeps)")
     p.add_argument("--soak-clients", type=int, default=8, help="clients during the soak (default 8)")
     p.add_argument("--quick-models", action="store_true", help="tiny models (what --quick uses)")
     args = script_args(p, argv, QUICK, "serve-load", results=RESULTS)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
-        lm, mt = lm_run(Path(tmp) / "lm", args.quick_models), translation_run(Path(tmp) / "mt", args.quick_models)
-        results: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
-                                   "lm": sweep(lm, "completions", args), "translation": sweep(mt, "translations", args)}
-        if args.soak:
-            results["soak"] = soak(lm, args)
+        lm = lm_run(Path(tmp) / "lm", args.quick_models)
+        if args.soak:  # the soak alone, into its own file
+            results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "soak": soak(lm, args)}
+            results["targets"] = targets(results)
+            write_results(args.out, "serve_soak", results)
+            return
+        mt = translation_run(Path(tmp) / "mt", args.quick_models)
+        results = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
+                   "lm": sweep(lm, "completions", args), "translation": sweep(mt, "translations", args)}
     results["targets"] = targets(results)
     write_results(args.out, "serve_load", results)
     for name, met in results["targets"].items():
@@ -133,7 +146,7 @@ class Server:
 
 
 @contextmanager
-def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = 10.0) -> Iterator[Server]:
+def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT) -> Iterator[Server]:
     """``aiayn serve RUN`` in a child process on 127.0.0.1 (a free port); stopped (SIGTERM) at the end."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "aiayn.cli.serve", str(run), "--port", "0", "--name", "bench",
@@ -192,34 +205,42 @@ async def clients(url: str, kind: str, n: int, per_client: int, new: int, prompt
             "per_s": round(tokens / wall, 2), "p50_s": round(q[49], 3), "p99_s": round(q[98], 3)}
 
 
-def level(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str]) -> dict[str, Any]:
+def level(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str], batch: int,
+          wait: float = WAIT) -> dict[str, Any]:
     asyncio.run(clients(url, kind, 1, 1, new, prompts))  # warm-up: the first call's one-off costs
     found = asyncio.run(clients(url, kind, n, per_client, new, prompts))
-    print(f"  {kind}: {n:>3} clients  {found['per_s']:>8} /s  p50 {found['p50_s']:.2f} s  p99 {found['p99_s']:.2f} s"
-          f"  failed {found['failed']}", flush=True)
+    print(f"  {kind}: max-batch {batch:>2}, max-wait {wait:>4g} ms, {n:>3} clients  {found['per_s']:>8} /s"
+          f"  p50 {found['p50_s']:.2f} s  p99 {found['p99_s']:.2f} s  failed {found['failed']}", flush=True)
     return found
 
 
 def sweep(run: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The lone baseline (no batching, one client), the clients sweep (default batching) and the batch sweep
-    (16 clients, or the most asked for)."""
+    """The lone baseline (no batching, one client), the clients sweep (the largest batch, the default wait) and
+    the batch and wait sweeps (16 clients, or the most asked for)."""
     prompts = texts(256, 2)
     unit = "tokens" if kind == "completions" else "sentences"
     print(f"{run.name}: {unit} per second", flush=True)
     many = 16 if 16 in args.clients else max(args.clients)
     out: dict[str, Any] = {"unit": unit}
     with serving(run, args.threads, 1) as server:
-        out["lone"] = level(server.url, kind, 1, max(args.requests, 4), args.new, prompts)
+        out["lone"] = level(server.url, kind, 1, max(args.requests, 4), args.new, prompts, 1)
     out["by_batch"] = {}
     for b in args.batches:
         with serving(run, args.threads, b) as server:
             if b == max(args.batches):
-                out["by_clients"] = {n: level(server.url, kind, n, args.requests, args.new, prompts)
+                out["by_clients"] = {n: level(server.url, kind, n, args.requests, args.new, prompts, b)
                                      for n in args.clients}
                 out["by_batch"][b] = out["by_clients"][many]
             else:
-                out["by_batch"][b] = level(server.url, kind, many, args.requests, args.new, prompts)
-    out["max_batch"], out["many"] = max(args.batches), many
+                out["by_batch"][b] = level(server.url, kind, many, args.requests, args.new, prompts, b)
+    out["by_wait"] = {}
+    for w in args.waits:
+        if w == WAIT:
+            out["by_wait"][w] = out["by_clients"][many]
+            continue
+        with serving(run, args.threads, max(args.batches), w) as server:
+            out["by_wait"][w] = level(server.url, kind, many, args.requests, args.new, prompts, max(args.batches), w)
+    out["max_batch"], out["many"], out["max_wait_ms"] = max(args.batches), many, WAIT
     return out
 
 
@@ -259,6 +280,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     request's latency, at the clients sweep's 16 (or its most) under the largest batch."""
     out = {}
     for name in ("lm", "translation"):
+        if name not in results:
+            continue
         r = results[name]
         at = r["by_clients"][r["many"]]
         speed, slow = at["per_s"] / r["lone"]["per_s"], at["p99_s"] / r["lone"]["p50_s"]

@@ -5,6 +5,11 @@ its ``--help`` from them before anything heavy is imported).
 20 new tokens; the text-generation pipeline (:mod:`aiayn.pipelines.lm`, ``aiayn generate``) keeps those of
 ``transformers.pipeline("text-generation")`` (its ``_default_generation_config``): 256 new tokens drawn at
 temperature 0.7 among the 50 most likely.
+
+``aiayn serve`` (:class:`aiayn.serve.Settings`) batches with :data:`SERVING`'s limits. Its wait, 50 ms, was chosen
+by ``benchmarks/serve_load.py`` (``benchmarks/results/serve_load.json``, 16 clients): with 10 ms a client that
+resent a moment after the others missed the batch and waited for a whole one (translation p99 4.7x a lone
+request's; 1.8x with 50 ms), and an idle server's lone request waits at most that long.
 """
 
 from __future__ import annotations
@@ -19,4 +24,7 @@ TEXT_GENERATION: dict[str, Any] = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0,
 }
 
-__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "TEXT_GENERATION"]
+SERVING: dict[str, Any] = {"max_batch": 16, "max_wait_ms": 50.0, "max_queue": 256, "max_inputs": 64,
+                           "max_body": 8 * 2**20}
+
+__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "SERVING", "TEXT_GENERATION"]

@@ -285,9 +285,13 @@ def test_the_committed_page_is_what_the_report_makes_of_the_committed_results():
     assert any(line.startswith("| `") for line in text.splitlines())  # the committed results do render
 
 
+COMPILING = {"gpt2-generate-compiled", "llama-124m-generate-b16-compiled"}  # minutes of compiling: slow (the
+# compiled step's own test, tests/decoding/test_static.py, is the short version)
+
+
 @hf
 @pytest.mark.parity
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in COMPILING else n for n in CASES])
 def test_every_case_builds_at_toy_sizes_and_ours_computes_what_the_peer_computes(name):
     torch.manual_seed(0)
     case = CASES[name](True, CPU)

@@ -74,6 +74,20 @@ def test_generate_streams_and_stops_at_a_stop_string(short_lm_run):
     assert seeded[0] == seeded[1] and seeded[0].strip()
 
 
+def test_compile_gives_the_same_text_from_the_command_and_the_pipeline(short_lm_run, capsys):
+    from aiayn.cli import main
+
+    run = str(short_lm_run["run"])
+    args = ["generate", "--run", run, "--prompt", "21.03.1948 =", "--max-new-tokens", "12", "--temperature", "0"]
+    assert main(args) == 0
+    eager = capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    assert capsys.readouterr().out == eager and eager.strip()
+    p = aiayn.pipeline(run, compile=True)
+    assert p.compile and p.generate(["21.03.1948 =", "1 May"], max_new_tokens=12, do_sample=False) == \
+        aiayn.pipeline(run).generate(["21.03.1948 =", "1 May"], max_new_tokens=12, do_sample=False)
+
+
 @pytest.mark.parametrize(("stop", "shown"), [(["-02"], " 190"), (["02-02"], " 190-"), (["0-0", "90"], " 1"),
                                            (["-03"], " 190-02-02"), (["x"], " 190-02-02")])
 def test_a_stop_string_of_several_characters_is_never_shown_in_part(stop, shown, monkeypatch):

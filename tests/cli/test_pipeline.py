@@ -161,6 +161,8 @@ def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
         aiayn.pipeline(runs["lm"], quantize="int4")
     with pytest.raises(ValueError, match="weights= is for translation runs"):
         aiayn.pipeline(runs["lm"], weights="average.safetensors")
+    with pytest.raises(ValueError, match="compile=True compiles a language model's decoding"):
+        aiayn.pipeline(runs["translation"], compile=True)
     with pytest.raises(FileNotFoundError):
         aiayn.pipeline(runs["lm"] / "nothing")
     assert aiayn.pipeline(runs["denoise"]).task == "translation"

@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
+    g.add_argument("--compile", action="store_true",
+                   help="decode over a static cache with a torch.compile'd step: the same text; the first call waits "
+                        "for the compiler")
     _batch_flags(g, "JSON lines {prompt, text}; one prompt a line of --input, generated one after another",
                  batch_size=False)
 
@@ -365,12 +368,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.input is None and args.output is None:  # one prompt, streamed
                 from aiayn.pipelines.lm import generate
 
-                print_stream(generate(args.run, args.prompt, **options, **_run_on(args)))
+                print_stream(generate(args.run, args.prompt, compile=args.compile, **options, **_run_on(args)))
                 return 0
             if args.input is not None and args.prompt:
                 parser.error("give one --prompt or --input FILE of prompts, not both")
             prompts = _texts(parser, args, [] if args.input is not None else [args.prompt])
             p = _pipeline("generate", args.run, _run_on(args))
+            p.compile = args.compile
             rows = [{"prompt": prompt, "text": p.generate(prompt, **options)}
                     for batch in _batches(prompts, 1, show=True, unit="prompt") for prompt in batch]
             if args.output is not None:

@@ -2,7 +2,7 @@
 then uvicorn on :func:`aiayn.serve.make_app`. SIGTERM (or Ctrl-C) stops taking requests, finishes those in
 flight and exits 0.
 
-    aiayn serve runs/lm-dates --port 8000 --max-batch 16 --max-wait-ms 10 --max-queue 256
+    aiayn serve runs/lm-dates --port 8000 --max-batch 16 --max-wait-ms 50 --max-queue 256
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.cli import DEVICE_HELP, INT8_HELP
+from aiayn.defaults import SERVING
 
 MISSING = "aiayn serve needs Starlette and uvicorn: pip install 'aiayn[serve]'"
 
@@ -27,12 +28,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one, printed)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
-    p.add_argument("--max-batch", type=int, default=16, help="rows (generation) or inputs run together, at most")
-    p.add_argument("--max-wait-ms", type=float, default=10.0,
+    p.add_argument("--max-batch", type=int, default=SERVING["max_batch"],
+                   help="rows (generation) or inputs run together, at most")
+    p.add_argument("--max-wait-ms", type=float, default=SERVING["max_wait_ms"],
                    help="how long a first request waits for others to batch with, when the model is idle")
-    p.add_argument("--max-queue", type=int, default=256,
+    p.add_argument("--max-queue", type=int, default=SERVING["max_queue"],
                    help="rows or inputs that may wait; past it, 503 with Retry-After")
-    p.add_argument("--max-inputs", type=int, default=64, help="prompts, texts or images in one request, at most")
+    p.add_argument("--max-inputs", type=int, default=SERVING["max_inputs"],
+                   help="prompts, texts or images in one request, at most")
     p.add_argument("--name", default=None, help="the model's name in /v1/models and requests' model field "
                                                 "(default: the folder's name, or the model id)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
@@ -56,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         return _refuse(MISSING)
     import aiayn
+    from aiayn.serve.memory import fix_mmap_threshold
+
+    fix_mmap_threshold()  # before the model's tensors: resident memory stays flat under load
 
     pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None)
     settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,

@@ -79,6 +79,7 @@ def generate(
     output_scores: bool = False,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    compile: bool = False,
     **unsupported: Any,
 ) -> Tensor | GenerateOutput:
     """Generate as ``transformers``' ``model.generate`` does, with its arguments.
@@ -105,6 +106,9 @@ def generate(
         pad_token_id: what fills a row after its end (default: the first end token).
         generator: a seeded ``torch.Generator`` for sampling (not a ``transformers`` argument; without
             it, sampling draws from torch's global generator, as ``transformers`` does).
+        compile: a language model's greedy decoding and sampling over a static cache, its one-token step
+            through ``torch.compile`` (:mod:`aiayn.decoding.static`): the same tokens; the first call of a batch
+            size and length waits for the compiler. Not for beam search or encoder-decoders yet.
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
@@ -120,7 +124,7 @@ def generate(
                         f"max_length, do_sample, num_beams, temperature, top_k, top_p, length_penalty, "
                         f"early_stopping, num_return_sequences, repetition_penalty, no_repeat_ngram_size, "
                         f"min_new_tokens, return_dict_in_generate, output_scores, eos_token_id, pad_token_id, "
-                        f"decoder_start_token_id, use_cache, generator")
+                        f"decoder_start_token_id, use_cache, generator, compile")
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if num_return_sequences < 1:
@@ -130,6 +134,9 @@ def generate(
                          f"(greedy decoding gives one sequence per input), got num_beams={num_beams}")
     if do_sample and num_beams > 1:
         raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
+    if compile and (num_beams > 1 or hasattr(model, "encode")):
+        raise ValueError("compile=True runs a language model's greedy decoding and sampling; beam search and "
+                         "encoder-decoders decode eagerly (compile=False)")
     check_ids(input_ids, 0, "input_ids", values=False)
     if do_sample and num_return_sequences > 1:  # each input drawn from that many times, its rows together
         input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
@@ -139,7 +146,8 @@ def generate(
     sampling = {**sampling_options(do_sample, temperature, top_k, top_p), "generator": generator}
     scores: list[Tensor] | None = [] if return_dict_in_generate and output_scores and num_beams == 1 else None
     search = {"num_beams": num_beams, "length_penalty": length_penalty, "early_stopping": early_stopping,
-              "num_return_sequences": 1 if do_sample else num_return_sequences, "use_cache": use_cache}
+              "num_return_sequences": 1 if do_sample else num_return_sequences, "use_cache": use_cache,
+              "compile": compile}
     if hasattr(model, "encode"):
         if eos_token_id is not None and end_ids(eos_token_id) != (cfg.eos_id,):  # one id, or a list of it alone
             raise ValueError(f"eos_token_id={eos_token_id}: this model's is {cfg.eos_id} (its config's), its only "
@@ -216,7 +224,7 @@ def _language_model(model: nn.Module, input_ids: Tensor, attention_mask: Tensor 
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
     out = sample(model, rows, budget, eos_id=eos, use_cache=search["use_cache"], processing=processing,
-                 scores=scores, **sampling)
+                 scores=scores, compile=search["compile"], **sampling)
     assert isinstance(out, list)  # lists in, lists out
     width = max(len(o) - len(r) for o, r in zip(out, rows))
     new = torch.full((len(rows), width), pad, dtype=torch.long, device=input_ids.device)

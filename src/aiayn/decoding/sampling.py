@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
 from aiayn.decoding.processing import Processing
+from aiayn.decoding.static import StaticGPT
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ def stream(
     use_cache: bool = True,
     processing: Processing | None = None,
     scores: list[Tensor] | None = None,
+    compile: bool = False,
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
     every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first). Whether
@@ -139,10 +141,12 @@ def stream(
 
     ``processing`` (repetition penalty, n-gram bans, a minimum length: :class:`~aiayn.decoding.processing.Processing`)
     changes the logits before the token is chosen; ``scores``, a list, receives each step's scores ``(B, V)``
-    (:func:`pick`'s).
+    (:func:`pick`'s). ``compile``: decode over a static cache with a compiled step
+    (:class:`~aiayn.decoding.static.StaticGPT`; the same tokens).
 
     Raises (at the first ``next``):
-        ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``.
+        ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``;
+            ``compile`` for a model it does not decode or without ``use_cache``.
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -163,12 +167,20 @@ def stream(
     done = torch.zeros(b, dtype=torch.bool, device=device)
     eos = end_ids(eos_id)
     every = check_every(device)
+    if compile and not use_cache:
+        raise ValueError("compile=True decodes over a static cache: it needs use_cache=True")
+    static = StaticGPT(model, real, compile=True) if compile else None
     with evaluating(model):
         for step in range(max_new_tokens):
             end = t + step  # positions filled so far
             begin = 0 if cache is None or step == 0 else end - 1
-            hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None, cache=cache)
-            logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position only, not the prompt
+            if static is not None:
+                logits = (static.prefill(ids[:, :t], real[:, :t] if padded else None) if step == 0
+                          else static.step(ids[:, end - 1], end - 1))
+            else:
+                hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None,
+                                     cache=cache)
+                logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position, not the prompt
             if processing is not None and processing.active:
                 logits = processing(logits, ids[:, :end], step, real[:, :end] if padded else None)
             chosen, nxt = pick(logits, temperature, top_k, top_p, generator)  # (B, V), (B,)
@@ -195,6 +207,7 @@ def sample(
     use_cache: bool = True,
     processing: Processing | None = None,
     scores: list[Tensor] | None = None,
+    compile: bool = False,
 ) -> Tensor | list[list[int]]:
     """The prompt followed by up to ``max_new_tokens`` generated tokens.
 
@@ -205,7 +218,7 @@ def sample(
         generator: a seeded ``torch.Generator`` makes sampling repeatable.
         eos_id: stop a row when it produces this token, or one of these tokens (kept in the output).
         use_cache: ``False`` recomputes every position each step (same result, slower).
-        processing, scores: as :func:`stream`'s (``scores`` cut to the steps returned).
+        processing, scores, compile: as :func:`stream`'s (``scores`` cut to the steps returned).
 
     Returns:
         ``(B, T + n)`` for a tensor prompt (rows that stopped early are filled with ``eos_id``, the first of
@@ -219,7 +232,7 @@ def sample(
     rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
     check_prompts(model, rows, "prompt")
     steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache,
-                        processing, scores))
+                        processing, scores, compile))
     new = torch.stack(steps, dim=1).tolist()  # (B, n)
     eos = set(end_ids(eos_id))
     lengths = [next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n)) for n in new]  # up to each end

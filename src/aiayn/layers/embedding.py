@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from aiayn.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, readable
 
 POSITIONAL = ("sinusoidal", "sinusoidal-concat", "learned", "none")
 
@@ -107,7 +107,7 @@ class Embedding(nn.Module):
         The ids' range is checked on the CPU only: on an accelerator reading it back would stall every
         forward (every decoding step); the public decoding calls check it once before their loop.
         """
-        check_ids(ids, self.tokens.num_embeddings, values=ids.device.type == "cpu")
+        check_ids(ids, self.tokens.num_embeddings, values=readable(ids))
         x = self.tokens(ids)
         if self.scale != 1.0:
             x = x * self.scale
@@ -118,7 +118,7 @@ class Embedding(nn.Module):
                 segment_ids = torch.zeros_like(ids)
             else:
                 check_ids(segment_ids, self.segments.num_embeddings, "segment_ids (token_type_ids)",
-                          values=ids.device.type == "cpu")
+                          values=readable(ids))
                 if segment_ids.shape != ids.shape:
                     raise ValueError(f"segment_ids must be shaped as ids {tuple(ids.shape)}, got "
                                      f"{tuple(segment_ids.shape)}")

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.layers.masks import causal_mask
+from aiayn.layers.positional import readable
 
 
 def _safe(mask: Tensor, ask: bool) -> tuple[Tensor, Tensor | None]:
@@ -54,7 +55,7 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None,
     empty = None
     if mask is not None:
         if mask.dtype == torch.bool:
-            mask, empty = _safe(mask, ask=mask.device.type == "cpu")
+            mask, empty = _safe(mask, ask=readable(mask))
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask
@@ -98,7 +99,7 @@ def scaled_dot_product_attention(
                          f"mask=causal_mask(T, S), combined with yours, instead)")
     empty = None
     if mask is not None and mask.dtype == torch.bool:
-        mask, empty = _safe(mask, ask=mask.device.type == "cpu")
+        mask, empty = _safe(mask, ask=readable(mask))
     grouped = k.size(1) != q.size(1)  # grouped-query attention: fewer key/value heads than query heads
     if not need_weights:  # the kernel reads each kv head for its group of query heads, without copying them
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,

@@ -89,9 +89,16 @@ def sine_encoding_2d(mask: Tensor, d_model: int, temperature: float = 10000.0, n
     return torch.cat([encode(y), encode(x)], dim=-1).float()  # (B, H, W, C)
 
 
+def readable(t: Tensor) -> bool:
+    """Whether a check may read ``t``'s values back: on the CPU, where it is free, and not while
+    ``torch.compile`` traces (a read would break the graph; a compiled step's inputs are checked before it
+    runs). On an accelerator a read would stall every call."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def _last(position_ids: Tensor) -> int | None:
-    """``position_ids.max() + 1`` on the CPU; ``None`` on an accelerator, where reading it would stall."""
-    return int(position_ids.max()) + 1 if position_ids.device.type == "cpu" else None
+    """``position_ids.max() + 1`` where it may be read (:func:`readable`), else ``None``."""
+    return int(position_ids.max()) + 1 if readable(position_ids) else None
 
 
 class SinusoidalPositionalEncoding(nn.Module):

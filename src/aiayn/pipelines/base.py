@@ -50,6 +50,10 @@ class Pipeline:
     as a ``transformers`` pipeline of that task does (:meth:`__call__`), its methods as the commands do.
     """
 
+    compile = False
+    """A language model's greedy decoding and sampling over a static cache with a compiled step
+    (:mod:`aiayn.decoding.static`); ``pipeline(..., compile=True)`` sets it."""
+
     def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
         if task not in METHODS:
             raise ValueError(f"task must be one of {sorted(METHODS)}, got {task!r}")
@@ -169,9 +173,10 @@ class Pipeline:
                 raise ValueError("stream=True takes one prompt (a string)")
             if num_beams != 1 or num_return_sequences != 1:
                 raise ValueError("stream=True makes one text: it takes no num_beams or num_return_sequences")
-            return stream_text(self.model, tok, prompts, stop=stop, seed=seed, **options)
+            return stream_text(self.model, tok, prompts, stop=stop, seed=seed, compile=self.compile, **options)
         texts = continuations(self.model, tok, [prompts] if isinstance(prompts, str) else list(prompts), stop=stop,
-                              seed=seed, num_return_sequences=num_return_sequences, num_beams=num_beams, **options)
+                              seed=seed, num_return_sequences=num_return_sequences, num_beams=num_beams,
+                              compile=self.compile, **options)
         each: list[Any] = [t[0] for t in texts] if num_return_sequences == 1 else texts
         return each[0] if isinstance(prompts, str) else each
 
@@ -227,7 +232,7 @@ class Pipeline:
 
 def pipeline(source: str | os.PathLike | None = None, device: str | torch.device | None = None,
              quantize: str | None = None, weights: str | os.PathLike | None = None, *, task: str | None = None,
-             model: str | os.PathLike | None = None) -> Pipeline:
+             model: str | os.PathLike | None = None, compile: bool = False) -> Pipeline:
     """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or of a Hugging Face folder or model id
     (a GPT-2 with its ``tokenizer.json``, a Marian with its SentencePiece files, a BERT) once, for many calls.
 
@@ -240,6 +245,8 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         weights: a translation run's other weights (``average.safetensors``, ``best.safetensors``).
         task: ``transformers``' task name (a key of :data:`METHODS`), checked against the folder's.
         model: the folder or model id, when the first argument names the task.
+        compile: a language model decodes over a static cache with a compiled step (greedy and sampling; the
+            same text, faster once compiled: :mod:`aiayn.decoding.static`).
 
     Raises:
         FileNotFoundError: ``source`` holds no model.
@@ -258,6 +265,9 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
     p = _load(source, device, quantize, weights)
     if task is not None and task != p.task:
         raise ValueError(f"task={task!r}, but {p.source} holds a {type(p.model).__name__}, a {p.task} model")
+    if compile and p.task != "text-generation":
+        raise ValueError(f"compile=True compiles a language model's decoding; {p.source} holds a {p.task} model")
+    p.compile = compile
     return p
 
 

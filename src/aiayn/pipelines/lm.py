@@ -136,7 +136,8 @@ def _seeded(model, seed: int | None) -> torch.Generator | None:
 
 
 def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = None, seed: int | None = None,
-                  num_return_sequences: int = 1, num_beams: int = 1, **options: Any) -> list[list[str]]:
+                  num_return_sequences: int = 1, num_beams: int = 1, compile: bool = False,
+                  **options: Any) -> list[list[str]]:
     """The ``num_return_sequences`` continuations of each prompt (not the prompt), cut before the first stop
     string: greedy decoding and beam search run the prompts as one batch (left-padded); sampling draws each prompt
     on its own with a generator seeded with ``seed``, so a prompt's text does not depend on the others.
@@ -144,6 +145,8 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     Args:
         options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
             ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given).
+        compile: greedy decoding and sampling over a static cache with a compiled step
+            (:mod:`aiayn.decoding.static`; the same text); beam search stays eager.
     """
     unknown = set(options) - set(DEFAULTS)
     if unknown:
@@ -152,7 +155,8 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     o = {**DEFAULTS, **options}
     encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"]) for p in prompts]
     n = num_return_sequences
-    settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id}
+    settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id,
+                "compile": compile and num_beams == 1}
     del settings["max_new_tokens"]  # each prompt's room
     where = devices.of(model)
     if o["do_sample"]:  # one prompt at a time: each seeded alike
@@ -179,7 +183,7 @@ def _until(ids: list[int], ends: set[int | None]) -> list[int]:
 
 
 def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed: int | None = None,
-                **options: Any) -> Iterator[str]:
+                compile: bool = False, **options: Any) -> Iterator[str]:
     """:func:`generate` with a loaded ``model`` and tokenizer ``tok``: the continuation of ``prompt``, piece by
     piece, whole characters only (``options``: those of :func:`continuations` but beams and several sequences)."""
     unknown = set(options) - set(DEFAULTS)
@@ -193,7 +197,7 @@ def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed:
     chosen = sampling_options(o["do_sample"], o["temperature"], o["top_k"], o["top_p"])
     text = Text(tok, stop)
     steps = stream(model, [ids], room, chosen["temperature"], chosen["top_k"], chosen["top_p"],
-                   _seeded(model, seed), tok.eos_id, processing=processing)
+                   _seeded(model, seed), tok.eos_id, processing=processing, compile=compile)
     for nxt in steps:
         token = int(nxt[0])
         if token == tok.eos_id:

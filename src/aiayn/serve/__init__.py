@@ -12,6 +12,7 @@ event loop parses and answers. Which endpoints exist follows the pipeline's task
     batching.py     the bounded queue (503 when full) and micro-batching for the other tasks
     metrics.py      Prometheus' text: requests by status, tokens, batch sizes, queue depth, latency
     images.py       images read from the request's bytes, in memory
+    memory.py       glibc's mmap threshold fixed, so resident memory stays flat under steady load
 
 Serving writes nothing to disk. Nothing in the library imports this package; it needs the ``serve`` extra
 (Starlette and uvicorn), which the core package does without.

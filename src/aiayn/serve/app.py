@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from aiayn.defaults import SERVING
 from aiayn.pipelines.base import METHODS, Pipeline
 from aiayn.pipelines.lm import Text
 from aiayn.serve import images, schema
@@ -47,7 +48,7 @@ ENDPOINTS = {"generate": "/v1/completions", "embed": "/v1/embeddings", "translat
 
 @dataclass(frozen=True)
 class Settings:
-    """How the server batches and what it refuses.
+    """How the server batches and what it refuses (defaults: :data:`aiayn.defaults.SERVING`).
 
     Args:
         name: the model's name in ``/v1/models`` and the ``model`` field requests may give.
@@ -59,11 +60,11 @@ class Settings:
     """
 
     name: str = "model"
-    max_batch: int = 16
-    max_wait_ms: float = 10.0
-    max_queue: int = 256
-    max_inputs: int = 64
-    max_body: int = 8 * 2**20
+    max_batch: int = SERVING["max_batch"]
+    max_wait_ms: float = SERVING["max_wait_ms"]
+    max_queue: int = SERVING["max_queue"]
+    max_inputs: int = SERVING["max_inputs"]
+    max_body: int = SERVING["max_body"]
 
     def __post_init__(self) -> None:
         for field in ("max_batch", "max_queue", "max_inputs", "max_body"):

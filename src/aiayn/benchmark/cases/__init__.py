@@ -20,6 +20,9 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     llama-tiny-generate-b16      the same, batch 16                            LlamaForCausalLM.generate    generation
     llama-124m-generate          Llama-shaped 124M greedy generation, batch 1  LlamaForCausalLM.generate    generation
     llama-124m-generate-b16      the same, batch 16                            LlamaForCausalLM.generate    generation
+    gpt2-generate-compiled       gpt2-generate's work, our step compiled       ours eager, GPT2LMHeadModel  generation
+                                                                               static cache + compiled
+    llama-124m-generate-b16-compiled  the b16 case, our step compiled          the same, LlamaForCausalLM   generation
     swin-forward                 swin-t forward, 224 px, eval                  SwinForImageClassification   vision
     vit-forward                  vit-b16 forward, 224 px, eval                 ViTForImageClassification    vision
     gpt2-generate-ct2            gpt2-generate's work                          GPT2LMHeadModel.generate,    ct2
@@ -64,6 +67,8 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "llama-tiny-generate-b16": generation.llama_tiny_generate_b16,
     "llama-124m-generate": generation.llama_124m_generate,
     "llama-124m-generate-b16": generation.llama_124m_generate_b16,
+    "gpt2-generate-compiled": generation.gpt2_generate_compiled,
+    "llama-124m-generate-b16-compiled": generation.llama_124m_generate_b16_compiled,
     "swin-forward": vision.swin_forward,
     "vit-forward": vision.vit_forward,
     "gpt2-generate-ct2": ct2.gpt2_generate_ct2,

@@ -6,6 +6,9 @@ weights, no side stopping early.
     llama-tiny-generate-b16     the same, batch 16
     llama-124m-generate         Llama-shaped 124M (:data:`LLAMA_124M`), batch 1
     llama-124m-generate-b16     the same, batch 16
+    gpt2-generate-compiled      gpt2-generate's work, ours compiled        against ours eager and GPT2LMHeadModel
+                                                                           .generate, static cache, compiled forward
+    llama-124m-generate-b16-compiled  llama-124m-generate-b16's, the same  the same with LlamaForCausalLM
 
 GPT-2's ours is converted from the Hugging Face model with ``aiayn.from_hf``; the Llama cases go the other way:
 ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder. :func:`generation` and
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -167,6 +171,62 @@ def llama_124m_generate_b16(quick: bool, device: torch.device) -> Case:
     return llama_generate("llama-124m-generate-b16", "Llama-shaped 124M", LLAMA_124M, 16, quick, device)
 
 
-__all__ = ["LLAMA_124M", "Generation", "generate_case", "generation", "gpt2_generate", "llama_124m_generate",
-           "llama_124m_generate_b16", "llama_generate", "llama_generation", "llama_tiny_generate",
+def compiled_case(name: str, what: str, g: Generation, peer: str, quick: bool) -> Case:
+    """Greedy generation over our static cache with the step compiled (:mod:`aiayn.decoding.static`) against
+    our eager decoding and ``g.hf.generate`` with Hugging Face's static cache and its forward compiled (its
+    ``compile_config``, asked for on every device: the fair compiled peer). The compile times (each side's
+    first call) are recorded; the harness's warm-up pays them before any round is timed."""
+    import transformers
+
+    hf, ours, prompt, new = g.hf, g.ours, g.prompt, g.new
+    batch, prompt_len = prompt.shape
+    mask = torch.ones_like(prompt)
+    hf.generation_config.cache_implementation = "static"
+    hf.generation_config.compile_config = transformers.CompileConfig()
+    hf.generation_config.compile_config._compile_all_devices = True
+
+    def run_ours() -> Tensor:
+        return cast(Tensor, sample(ours, prompt, new, temperature=0, compile=True))
+
+    def run_eager() -> Tensor:
+        return cast(Tensor, sample(ours, prompt, new, temperature=0))
+
+    def run_hf() -> Tensor:
+        return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)
+
+    start = time.perf_counter()
+    got = run_ours()
+    compiled_s = time.perf_counter() - start
+    start = time.perf_counter()
+    expected = run_hf()
+    hf_compiled_s = time.perf_counter() - start
+    eager = run_eager()
+    checks = {"aiayn eager": same(f"prompts + {new} generated ids, batch {batch}", got, eager),
+              peer: same(f"prompts + {new} generated ids, batch {batch}", got, expected)}
+    extra: dict[str, Any] = {"batch": batch, "prompt_tokens": prompt_len, "new_tokens": new,
+                             "first_call_s": {"aiayn": round(compiled_s, 1), peer: round(hf_compiled_s, 1)}}
+    return Case(name, what, [Side("aiayn", run_ours), Side("aiayn eager", run_eager), Side(peer, run_hf)],
+                units=batch * new, unit="tokens", checks=checks, target=Target(1.2), extra=extra)
+
+
+def gpt2_generate_compiled(quick: bool, device: torch.device) -> Case:
+    g = generation(quick, device)
+    what = (f"gpt2 ({millions(g.ours)} parameters, random weights) greedy generation over a static cache, the step "
+            f"compiled, batch 1, {g.prompt.size(1)}-token prompt, {g.new} new tokens, against our eager decoding "
+            f"and GPT2LMHeadModel.generate with its static cache and compiled forward, on the same weights")
+    return compiled_case("gpt2-generate-compiled", what, g, "GPT2LMHeadModel static+compiled", quick)
+
+
+def llama_124m_generate_b16_compiled(quick: bool, device: torch.device) -> Case:
+    g = llama_generation(LLAMA_124M, 16, quick, device)
+    what = (f"{'llama-tiny' if quick else 'Llama-shaped 124M'} ({millions(g.ours)} parameters, random weights) "
+            f"greedy generation over a static cache, the step compiled, batch 16, {g.prompt.size(1)}-token prompts, "
+            f"{g.new} new tokens, against our eager decoding and LlamaForCausalLM.generate with its static cache "
+            f"and compiled forward, on the same weights")
+    return compiled_case("llama-124m-generate-b16-compiled", what, g, "LlamaForCausalLM static+compiled", quick)
+
+
+__all__ = ["LLAMA_124M", "Generation", "compiled_case", "generate_case", "generation", "gpt2_generate",
+           "gpt2_generate_compiled", "llama_124m_generate", "llama_124m_generate_b16",
+           "llama_124m_generate_b16_compiled", "llama_generate", "llama_generation", "llama_tiny_generate",
            "llama_tiny_generate_b16", "weight_bytes_per_token"]
