@@ -6,6 +6,7 @@ at toy sizes: it builds, and ours computes what the peer computes."""
 import dataclasses
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,14 @@ def test_peak_memory_is_the_most_held_at_once():
 
     assert 3 * mib <= peak_memory(three_at_once) < 3 * mib + 4096
     assert mib <= peak_memory(one_at_a_time) < mib + 4096
+
+
+def test_the_profilers_own_lines_stay_off_the_terminal(capfd):
+    print("before", file=sys.stderr)
+    peak_memory(lambda: torch.ones(8).sum())  # kineto writes "USDT: ... profiler_start" to file descriptor 2
+    print("after", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "before" in err and "after" in err
 
 
 MACHINE = {"cpu": "Test CPU", "cpu_capability": "AVX2", "cores": 2, "threads": 2, "device": "cpu", "python": "3",

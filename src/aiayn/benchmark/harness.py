@@ -190,6 +190,24 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
+@contextlib.contextmanager
+def _c_stderr_quiet() -> Any:
+    """Keep what C++ writes to the process's stderr (file descriptor 2) off the terminal: the profiler's kineto
+    prints "USDT: ... profiler_start" lines there at every start and stop, whatever its log level. Python's
+    own ``sys.stderr`` is untouched (an exception raised inside still reaches it, after)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(fn: Callable[[], Any], device: torch.device = CPU) -> int:
     """Most bytes allocated at once during ``fn()``, above what was allocated before it.
 
@@ -205,7 +223,7 @@ def peak_memory(fn: Callable[[], Any], device: torch.device = CPU) -> int:
         return torch.cuda.max_memory_allocated(device) - before
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _c_stderr_quiet(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # "[memory]" events: +bytes for an allocation, -bytes for a free, in the order they happened.
     events = [e for e in prof.profiler.kineto_results.events()
