@@ -23,6 +23,8 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     gpt2-generate-compiled       gpt2-generate's work, our step compiled       ours eager, GPT2LMHeadModel  generation
                                                                                static cache + compiled
     llama-124m-generate-b16-compiled  the b16 case, our step compiled          the same, LlamaForCausalLM   generation
+    llama-tiny-generate-compiled      llama-tiny-generate, our step compiled   the same                     generation
+    llama-tiny-generate-b16-compiled  llama-tiny-generate-b16, compiled        the same                     generation
     swin-forward                 swin-t forward, 224 px, eval                  SwinForImageClassification   vision
     vit-forward                  vit-b16 forward, 224 px, eval                 ViTForImageClassification    vision
     gpt2-generate-ct2            gpt2-generate's work                          GPT2LMHeadModel.generate,    ct2
@@ -69,6 +71,8 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "llama-124m-generate-b16": generation.llama_124m_generate_b16,
     "gpt2-generate-compiled": generation.gpt2_generate_compiled,
     "llama-124m-generate-b16-compiled": generation.llama_124m_generate_b16_compiled,
+    "llama-tiny-generate-compiled": generation.llama_tiny_generate_compiled,
+    "llama-tiny-generate-b16-compiled": generation.llama_tiny_generate_b16_compiled,
     "swin-forward": vision.swin_forward,
     "vit-forward": vision.vit_forward,
     "gpt2-generate-ct2": ct2.gpt2_generate_ct2,

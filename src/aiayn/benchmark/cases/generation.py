@@ -9,6 +9,7 @@ weights, no side stopping early.
     gpt2-generate-compiled      gpt2-generate's work, ours compiled        against ours eager and GPT2LMHeadModel
                                                                            .generate, static cache, compiled forward
     llama-124m-generate-b16-compiled  llama-124m-generate-b16's, the same  the same with LlamaForCausalLM
+    llama-tiny-generate-compiled, llama-tiny-generate-b16-compiled          the same for llama-tiny
 
 GPT-2's ours is converted from the Hugging Face model with ``aiayn.from_hf``; the Llama cases go the other way:
 ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder. :func:`generation` and
@@ -30,7 +31,7 @@ from torch import Tensor
 
 import aiayn
 from aiayn.benchmark.cases.common import millions, same
-from aiayn.benchmark.harness import Case, Side, Target, memory_bandwidth
+from aiayn.benchmark.harness import Case, Side, Target, count_flops, memory_bandwidth
 from aiayn.benchmark.peers.hf import gpt2_hf
 from aiayn.decoding import sample
 from aiayn.layers.positional import LearnedPositionalEmbedding
@@ -205,8 +206,11 @@ def compiled_case(name: str, what: str, g: Generation, peer: str, quick: bool) -
               peer: same(f"prompts + {new} generated ids, batch {batch}", got, expected)}
     extra: dict[str, Any] = {"batch": batch, "prompt_tokens": prompt_len, "new_tokens": new,
                              "first_call_s": {"aiayn": round(compiled_s, 1), peer: round(hf_compiled_s, 1)}}
+    # FLOPs counted on the eager side: under FlopCounterMode (a dispatch mode) dynamo runs a compiled frame
+    # eagerly and skips its code for good, so every timed round of the compiled side would then be eager
     return Case(name, what, [Side("aiayn", run_ours), Side("aiayn eager", run_eager), Side(peer, run_hf)],
-                units=batch * new, unit="tokens", checks=checks, target=Target(1.2), extra=extra)
+                units=batch * new, unit="tokens", checks=checks, target=Target(1.2), extra=extra,
+                flops=count_flops(run_eager))
 
 
 def gpt2_generate_compiled(quick: bool, device: torch.device) -> Case:
@@ -217,16 +221,29 @@ def gpt2_generate_compiled(quick: bool, device: torch.device) -> Case:
     return compiled_case("gpt2-generate-compiled", what, g, "GPT2LMHeadModel static+compiled", quick)
 
 
+def llama_tiny_generate_compiled(quick: bool, device: torch.device) -> Case:
+    return _llama_compiled("llama-tiny-generate-compiled", "llama-tiny", PRESETS["llama-tiny"], 1, quick, device)
+
+
+def llama_tiny_generate_b16_compiled(quick: bool, device: torch.device) -> Case:
+    return _llama_compiled("llama-tiny-generate-b16-compiled", "llama-tiny", PRESETS["llama-tiny"], 16, quick, device)
+
+
+def _llama_compiled(name: str, label: str, cfg: GPTConfig, batch: int, quick: bool, device: torch.device) -> Case:
+    g = llama_generation(cfg, batch, quick, device)
+    what = (f"{'llama-tiny' if quick else label} ({millions(g.ours)} parameters, random weights) greedy generation "
+            f"over a static cache, the step compiled, batch {batch}, {g.prompt.size(1)}-token prompts, {g.new} new "
+            f"tokens, against our eager decoding and LlamaForCausalLM.generate with its static cache and compiled "
+            f"forward, on the same weights")
+    return compiled_case(name, what, g, "LlamaForCausalLM static+compiled", quick)
+
+
 def llama_124m_generate_b16_compiled(quick: bool, device: torch.device) -> Case:
-    g = llama_generation(LLAMA_124M, 16, quick, device)
-    what = (f"{'llama-tiny' if quick else 'Llama-shaped 124M'} ({millions(g.ours)} parameters, random weights) "
-            f"greedy generation over a static cache, the step compiled, batch 16, {g.prompt.size(1)}-token prompts, "
-            f"{g.new} new tokens, against our eager decoding and LlamaForCausalLM.generate with its static cache "
-            f"and compiled forward, on the same weights")
-    return compiled_case("llama-124m-generate-b16-compiled", what, g, "LlamaForCausalLM static+compiled", quick)
+    return _llama_compiled("llama-124m-generate-b16-compiled", "Llama-shaped 124M", LLAMA_124M, 16, quick, device)
 
 
 __all__ = ["LLAMA_124M", "Generation", "compiled_case", "generate_case", "generation", "gpt2_generate",
            "gpt2_generate_compiled", "llama_124m_generate", "llama_124m_generate_b16",
            "llama_124m_generate_b16_compiled", "llama_generate", "llama_generation", "llama_tiny_generate",
-           "llama_tiny_generate_b16", "weight_bytes_per_token"]
+           "llama_tiny_generate_b16", "llama_tiny_generate_b16_compiled", "llama_tiny_generate_compiled",
+           "weight_bytes_per_token"]
