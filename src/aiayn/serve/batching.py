@@ -15,6 +15,7 @@ time, so only the request that sent it gets the error.
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections import deque
@@ -103,7 +104,7 @@ class Waiting:
             self._ready.notify_all()
 
 
-class Worker:
+class Worker(abc.ABC):
     """A thread that runs the model on what :class:`Waiting` holds; subclasses write :meth:`loop`."""
 
     def __init__(self, max_batch: int, max_wait: float, max_queue: int, metrics: Metrics) -> None:
@@ -130,8 +131,9 @@ class Worker:
         with torch.inference_mode():
             self.loop()
 
+    @abc.abstractmethod
     def loop(self) -> None:
-        raise NotImplementedError
+        """Take work from :attr:`waiting` until it is closed and empty (on the worker thread)."""
 
 
 @dataclass(eq=False)
