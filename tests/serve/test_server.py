@@ -174,16 +174,20 @@ def test_a_client_that_goes_away_frees_its_row(runs, serve):
         batch = app.state.server.worker.batch
         batch.ends = set()  # no end-of-text: a row runs its 200 steps unless it leaves
 
-        def freed():
-            deadline = time.monotonic() + 5
-            while batch.rows and time.monotonic() < deadline:
+        def within(condition, seconds=5.0):
+            """Whether ``condition()`` comes true within ``seconds`` (the worker thread changes the batch)."""
+            deadline = time.monotonic() + seconds
+            while not condition() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            return not batch.rows
+            return condition()
+
+        def freed():
+            return within(lambda: not batch.rows)
 
         with httpx.Client(base_url=url, timeout=30) as c, c.stream(
                 "POST", "/v1/completions", json={**ask, "stream": True}) as r:
-            next(r.iter_lines())  # the first piece came: the row is decoding
-            assert len(batch.rows) == 1
+            next(r.iter_lines())  # the first piece came (sent by the prefill, a moment before the row is packed)
+            assert within(lambda: len(batch.rows) == 1)  # the row is decoding
         assert freed()  # long before its 200 steps (4 s here)
         with pytest.raises(httpx.ReadTimeout):  # not streamed: the same when the client gives up waiting
             httpx.post(f"{url}/v1/completions", json=ask, timeout=0.3)
