@@ -59,6 +59,16 @@ def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int
     assert quantized == (["Transformer"] * 5 if int8 else [])  # the pipeline, then each function and command
 
 
+def test_a_compiled_translation_prints_the_eager_text(runs, inputs, capsys):
+    run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:3]]
+    eager = aiayn.pipeline(run)
+    p = aiayn.pipeline("translation", model=run, compile=True)
+    assert p.compile and p.translate(texts, beam=2, num_return_sequences=2) == eager.translate(
+        texts, beam=2, num_return_sequences=2)
+    assert printed(capsys, "translate", "--run", run, "--compile", *texts) == printed(capsys, "translate", "--run",
+                                                                                      run, *texts)
+
+
 def test_translate_n_best_gives_the_best_beams_best_first(runs, inputs, capsys):
     from aiayn.decoding import beam_search
     from aiayn.pipelines.translation import load_run
@@ -161,8 +171,8 @@ def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
         aiayn.pipeline(runs["lm"], quantize="int4")
     with pytest.raises(ValueError, match="weights= is for translation runs"):
         aiayn.pipeline(runs["lm"], weights="average.safetensors")
-    with pytest.raises(ValueError, match="compile=True compiles a language model's decoding"):
-        aiayn.pipeline(runs["translation"], compile=True)
+    with pytest.raises(ValueError, match="compile=True compiles decoding"):
+        aiayn.pipeline(runs["mlm"], compile=True)
     with pytest.raises(FileNotFoundError):
         aiayn.pipeline(runs["lm"] / "nothing")
     assert aiayn.pipeline(runs["denoise"]).task == "translation"

@@ -1,12 +1,13 @@
-"""Decoding over a static cache (:mod:`aiayn.decoding.static`): each step's logits equal the growing cache's,
-and ``generate(..., compile=True)`` gives the eager tokens, compiling the step once for every generation of
-that shape."""
+"""Decoding over a static cache (:mod:`aiayn.decoding.static`): each step's logits equal the growing cache's
+(a GPT's and an encoder-decoder's, rows reordered as beam search reorders them), and ``generate(...,
+compile=True)`` gives the eager tokens (greedy, beams, seeded sampling), compiling the step once for every
+generation of that shape."""
 
 import pytest
 import torch
 
 import aiayn
-from aiayn.decoding.static import StaticGPT
+from aiayn.decoding.static import StaticGPT, StaticSeq2Seq
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,6 +40,46 @@ def test_each_step_over_the_static_cache_equals_the_growing_cache(preset):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def seq2seq(preset):
+    torch.manual_seed(0)
+    return aiayn.build(aiayn.preset(preset)).eval()
+
+
+def sources(model):
+    torch.manual_seed(1)
+    src = torch.randint(4, 60, (3, 7))
+    src[1, 5:] = model.cfg.pad_id  # a padded source: cross-attention must not read its padding
+    return src
+
+
+# The paper's Transformer (sinusoidal positions, the output layer's bias) and BART (learned positions from row 2,
+# a norm on the embeddings): the two ways an encoder-decoder here places its target tokens.
+@pytest.mark.parametrize("preset", ["transformer-tiny", "bart-tiny"])
+def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset):
+    net = seq2seq(preset)
+    src = sources(net).repeat_interleave(2, dim=0)  # (6, S): two beams a sentence
+    length = 9
+    with torch.no_grad():
+        memory = net.encode(src)
+        static, cache = StaticSeq2Seq(net, memory, src, length), net.new_cache(length)
+        token = torch.full((6,), net.cfg.bos_id)
+        for t in range(6):
+            want = net.decode(token[:, None], memory, src, cache=cache)[:, -1]
+            torch.testing.assert_close(static.step(token, t), want, atol=1e-5, rtol=1e-5)
+            token = want.argmax(-1)
+            if t == 2:  # beams swap within their sentence: the self-attention rows move, the sources stay
+                rows = torch.tensor([1, 1, 2, 3, 5, 4])
+                static.reorder(rows, fewer=False)
+                cache.reorder(rows, cross=False)
+                token = token[rows]
+            if t == 4:  # sentence 1 finished: its beams leave, the others move to the front
+                rows = torch.tensor([0, 1, 4, 5])
+                static.reorder(rows)
+                cache.reorder(rows)
+                memory, src, token = memory[rows], src[rows], token[rows]
+    assert static.rows == 4
+
+
 def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
     from torch._dynamo.utils import counters
 
@@ -57,15 +98,48 @@ def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
     assert counters["stats"]["unique_graphs"] == graphs  # the same shapes: nothing compiled again
 
 
+def compiled_equals_eager(net, ids, mask, **options):
+    """Whether ``net.generate`` gives the same ids with ``compile=True`` (sampling: from the same seed)."""
+    runs = []
+    for flag in (False, True):
+        generator = torch.Generator().manual_seed(7) if options.get("do_sample") else None
+        runs.append(net.generate(ids, attention_mask=mask, max_new_tokens=10, generator=generator, compile=flag,
+                                 **options))
+    return torch.equal(*runs)
+
+
+DECODINGS = [{"do_sample": False}, {"num_beams": 3, "num_return_sequences": 2}, {"do_sample": True, "top_k": 10}]
+
+
+def test_a_compiled_translation_gives_the_eager_tokens_greedy_beams_and_sampling():
+    from torch._dynamo.utils import counters
+
+    net = seq2seq("transformer-tiny")
+    src = sources(net)
+    counters.clear()
+    assert all(compiled_equals_eager(net, src, None, **options) for options in DECODINGS)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    graphs = counters["stats"]["unique_graphs"]
+    assert compiled_equals_eager(net, src.flip(0), None, num_beams=3)  # other sources, the same shapes
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+@pytest.mark.slow  # a compile of each family's step for each batch shape: about a minute
+@pytest.mark.parametrize("preset", ["bart-tiny", "gpt-tiny", "llama-tiny"])
+def test_compiled_decoding_gives_the_eager_tokens_for_each_family(preset):
+    net = seq2seq(preset) if preset == "bart-tiny" else model(preset)
+    ids, mask = (sources(net), None) if preset == "bart-tiny" else (PROMPTS, MASK)
+    for options in DECODINGS:
+        assert compiled_equals_eager(net, ids, mask, **options), options
+
+
 def test_compile_is_refused_where_it_does_not_decode():
     gpt = model("gpt-tiny")
-    with pytest.raises(ValueError, match="beam search"):
-        gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=2, num_beams=2, compile=True)
     with pytest.raises(ValueError, match="use_cache"):
         gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=2, use_cache=False, compile=True)
     mistral = aiayn.build(aiayn.preset("llama-tiny", attention_window=4)).eval()
     with pytest.raises(ValueError, match="sliding window"):
         mistral.generate(PROMPTS, attention_mask=MASK, max_new_tokens=2, compile=True)
-    transformer = aiayn.build(aiayn.preset("transformer-tiny")).eval()
-    with pytest.raises(ValueError, match="encoder-decoders"):
-        transformer.generate(PROMPTS + 3, max_new_tokens=2, compile=True)
+    transformer = seq2seq("transformer-tiny")
+    with pytest.raises(ValueError, match="use_cache"):
+        transformer.generate(PROMPTS + 3, max_new_tokens=2, num_beams=2, use_cache=False, compile=True)

@@ -41,6 +41,8 @@ class _Parser(argparse.ArgumentParser):
 DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
 FORCE_HELP = "replace OUT when it already holds files (refused otherwise; the old folder goes once the new is in)"
 INT8_HELP = "int8 weights on the CPU (every Linear and token table; faster, a quarter of the memory)"
+COMPILE_HELP = ("decode over a static cache with a torch.compile'd step: the same text; the first call of a batch "
+                "shape waits for the compiler (pays on small models and long outputs: docs/benchmarks.md)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                                                           "(at most --beam)")
     tr.add_argument("--device", default=None, help=DEVICE_HELP)
     tr.add_argument("--int8", action="store_true", help=INT8_HELP)
+    tr.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     tr.add_argument("text", nargs="*", help="sentences to translate; none: the lines of --input, else of standard "
                                             "input")
     _batch_flags(tr, "one translation per line")
@@ -106,9 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
-    g.add_argument("--compile", action="store_true",
-                   help="decode over a static cache with a torch.compile'd step: the same text; the first call waits "
-                        "for the compiler")
+    g.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     _batch_flags(g, "JSON lines {prompt, text}; one prompt a line of --input, generated one after another",
                  batch_size=False)
 
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--n-best {args.n_best} needs a beam at least as wide (--beam {args.beam})")
             texts = _texts(parser, args, args.text)
             p = _pipeline("translate", args.run, _run_on(args))
+            p.compile = args.compile
             show = args.output is not None or args.input is not None
             hyps = [h for b in _batches(texts, args.batch_size, show)
                     for h in p.translate(b, beam=args.beam, num_return_sequences=args.n_best)]

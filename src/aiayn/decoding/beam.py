@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from aiayn.decoding.greedy import EncoderDecoder, check_every, check_src, in_eval_mode, target_len, trim
 from aiayn.decoding.processing import Processing
 from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
+from aiayn.decoding.static import StaticGPT, StaticSeq2Seq, check_cache
 from aiayn.layers.embedding import check_ids
 
 
@@ -195,6 +196,7 @@ def beam_search(
     early_stopping: bool | str = "never",
     num_return_sequences: int = 1,
     processing: Processing | None = None,
+    compile: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Decode ``(B, S)`` source ids with beam search; the best hypothesis per sentence (or the ``n`` best).
 
@@ -214,6 +216,8 @@ def beam_search(
         num_return_sequences: the ``n <= beam`` best hypotheses of each sentence, best first (n-best lists).
         processing: changes the log-probabilities before they are ranked
             (:class:`~aiayn.decoding.processing.Processing`: repetition penalty, n-gram bans, a minimum length).
+        compile: the steps over a static cache whose rows are reordered in place, the one-token step through
+            ``torch.compile`` (:class:`~aiayn.decoding.static.StaticSeq2Seq`): the same hypotheses.
 
     Returns:
         ``(B * n, L)`` ids after ``<s>`` (rows ``b * n`` to ``b * n + n - 1`` are sentence ``b``'s), each row
@@ -227,6 +231,7 @@ def beam_search(
     """
     penalty = _check(beam, normalize, early_stopping, num_return_sequences)
     check_src(model, src)
+    check_cache(compile, use_cache)
     max_len = target_len(model, src, max_len)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
@@ -234,13 +239,18 @@ def beam_search(
     # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
     src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
     memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
-    cache = net.new_cache(max_len) if use_cache else None
+    static = StaticSeq2Seq(model, memory, src_k, max_len, compile=True) if compile else None
+    cache = net.new_cache(max_len) if use_cache and static is None else None
 
     def step(seqs: Tensor, t: int) -> Tensor:
+        if static is not None:
+            return static.step(seqs[:, -1], t - 1)
         return net.decode(seqs[:, -1:] if cache is not None else seqs, memory, src_k, cache=cache)[:, -1]
 
     def reorder(rows: Tensor, fewer: bool) -> None:
         nonlocal memory, src_k
+        if static is not None:
+            static.reorder(rows, fewer)
         if cache is not None:  # the new beams extend rows of the same sentence: cross-attention stays, unless fewer
             cache.reorder(rows, cross=fewer)
         if fewer:
@@ -272,6 +282,7 @@ def beam_search_lm(
     early_stopping: bool | str = False,
     num_return_sequences: int = 1,
     processing: Processing | None = None,
+    compile: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Beam search from a language model's prompts ``(B, T)`` (padded on the left, with ``attention_mask``
     ``(B, T)``, ``True`` for real tokens, as :func:`~aiayn.decoding.sampling.stream` pads them).
@@ -279,7 +290,8 @@ def beam_search_lm(
     The same search as :func:`beam_search`, with defaults as Hugging Face's ``generate`` sets them
     (``length_penalty=1.0`` on ``len ** alpha``, the ``early_stopping=False`` heuristic); ``len`` counts the
     generated tokens only, ``eos_id`` included; ``num_return_sequences`` and ``processing`` as there (the
-    processing reads the prompt as well as what was generated).
+    processing reads the prompt as well as what was generated); ``compile`` over a static cache, as
+    :func:`beam_search`'s (:class:`~aiayn.decoding.static.StaticGPT`).
 
     Returns:
         ``(B * n, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` (or any of
@@ -306,11 +318,19 @@ def beam_search_lm(
         real = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device)  # (B*K, T + N)
         real[:, :T] = attention_mask.bool().repeat_interleave(K, dim=0)
     check_left_padded(attention_mask)
+    check_cache(compile, use_cache)
     made = cast(CachingModel, model).new_cache(T + max_new_tokens)  # refuses too many positions, cache or not
-    cache = made if use_cache else None
+    static = None
+    if compile:
+        written = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device) if real is None else real
+        static = StaticGPT(model, written, compile=True)
+    cache = made if use_cache and static is None else None
 
     def step(seqs: Tensor, t: int) -> Tensor:
         # seqs: (B*K, t), a placeholder first, then the t - 1 tokens generated so far
+        if static is not None:
+            mask = None if real is None else real[:, :T]
+            return static.prefill(prompt_k, mask) if t == 1 else static.step(seqs[:, -1], T + t - 2)
         if cache is None or t == 1:
             ids = torch.cat([prompt_k, seqs[:, 1:]], dim=1)  # (B*K, T + t - 1)
         else:
@@ -320,6 +340,8 @@ def beam_search_lm(
 
     def reorder(rows: Tensor, fewer: bool) -> None:
         nonlocal prompt_k, real
+        if static is not None:
+            static.reorder(rows, fewer)
         if cache is not None:
             cache.reorder(rows, cross=False)
         if fewer:

@@ -106,9 +106,10 @@ def generate(
         pad_token_id: what fills a row after its end (default: the first end token).
         generator: a seeded ``torch.Generator`` for sampling (not a ``transformers`` argument; without
             it, sampling draws from torch's global generator, as ``transformers`` does).
-        compile: a language model's greedy decoding and sampling over a static cache, its one-token step
-            through ``torch.compile`` (:mod:`aiayn.decoding.static`): the same tokens; the first call of a batch
-            size and length waits for the compiler. Not for beam search or encoder-decoders yet.
+        compile: decode over a static cache, the one-token step through ``torch.compile``
+            (:mod:`aiayn.decoding.static`; greedy, sampling and beam search, language models and
+            encoder-decoders): the same tokens; the first call of a batch size and length waits for the
+            compiler. Needs ``use_cache``; a sliding-window model decodes eagerly.
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
@@ -134,9 +135,6 @@ def generate(
                          f"(greedy decoding gives one sequence per input), got num_beams={num_beams}")
     if do_sample and num_beams > 1:
         raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
-    if compile and (num_beams > 1 or hasattr(model, "encode")):
-        raise ValueError("compile=True runs a language model's greedy decoding and sampling; beam search and "
-                         "encoder-decoders decode eagerly (compile=False)")
     check_ids(input_ids, 0, "input_ids", values=False)
     if do_sample and num_return_sequences > 1:  # each input drawn from that many times, its rows together
         input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
@@ -218,7 +216,8 @@ def _language_model(model: nn.Module, input_ids: Tensor, attention_mask: Tensor 
         new, sums = beam_search_lm(model, input_ids, budget, search["num_beams"], search["length_penalty"], eos,
                                    attention_mask, search["use_cache"], return_scores=True,
                                    early_stopping=search["early_stopping"],
-                                   num_return_sequences=search["num_return_sequences"], processing=processing)
+                                   num_return_sequences=search["num_return_sequences"], processing=processing,
+                                   compile=search["compile"])
         return new, sums
     check_left_padded(attention_mask)
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -245,13 +244,14 @@ def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | N
         ids, sums = beam_search(model, src, search["num_beams"], search["length_penalty"], budget,
                                 search["use_cache"], return_scores=True, normalize="length",
                                 early_stopping=search["early_stopping"],
-                                num_return_sequences=search["num_return_sequences"], processing=processing)
+                                num_return_sequences=search["num_return_sequences"], processing=processing,
+                                compile=search["compile"])
         return ids, sums
     if sampling["temperature"] > 0:
         return sample_seq2seq(model, src, budget, use_cache=search["use_cache"], processing=processing,
-                              scores=scores, **sampling), None
+                              scores=scores, compile=search["compile"], **sampling), None
     return decode_with(model, src, lambda logits: pick(logits, 0.0), budget, search["use_cache"], processing,
-                       scores), None
+                       scores, search["compile"]), None
 
 
 def _lengths(new: Tensor, eos: tuple[int, ...]) -> Tensor:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
+from aiayn.decoding.static import StaticSeq2Seq, check_cache
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -103,7 +104,8 @@ def target_len(model: nn.Module, src: Tensor, max_len: int | None) -> int:
 
 
 @torch.no_grad()
-def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache: bool = True) -> Tensor:
+def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache: bool = True,
+           compile: bool = False) -> Tensor:
     """Decode ``(B, S)`` source ids greedily.
 
     Args:
@@ -111,6 +113,9 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
             positions where it has them.
         use_cache: reuse keys/values of earlier steps; ``False`` recomputes the whole prefix each step
             (same result, slower).
+        compile: decode over a static cache, the one-token step through ``torch.compile``
+            (:class:`~aiayn.decoding.static.StaticSeq2Seq`): the same tokens; the first call of a batch size
+            and length waits for the compiler.
 
     Returns:
         ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` and padded with ``pad_id`` after it.
@@ -118,7 +123,7 @@ def greedy(model: nn.Module, src: Tensor, max_len: int | None = None, use_cache:
     Raises:
         ValueError: ``src`` not ``(B, S)``, or holding an id outside the source vocabulary.
     """
-    return decode_with(model, src, lambda logits: (logits, logits.argmax(-1)), max_len, use_cache)
+    return decode_with(model, src, lambda logits: (logits, logits.argmax(-1)), max_len, use_cache, compile=compile)
 
 
 @contextlib.contextmanager
@@ -151,14 +156,16 @@ def in_eval_mode(decode: Decode) -> Decode:
 @in_eval_mode
 def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], tuple[Tensor, Tensor]],
                 max_len: int | None = None, use_cache: bool = True, processing: Processing | None = None,
-                scores: list[Tensor] | None = None) -> Tensor:
+                scores: list[Tensor] | None = None, compile: bool = False) -> Tensor:
     """Decode token by token, ``choose`` giving the scores ``(A, V)`` and the next token ``(A,)`` from the logits
     ``(A, V)`` of the rows still decoding (padding already excluded; ``processing`` applied first): argmax is
     :func:`greedy`, a draw is :func:`~aiayn.decoding.sampling.sample_seq2seq`. A row that has produced ``</s>``
     leaves the batch (its cache rows and source with it) at the next read of :func:`check_every`, so it is not
     computed further. ``scores``, a list, receives each step's scores ``(B, V)`` (a row that has ended: 0 for its
-    padding, ``-inf`` elsewhere)."""
+    padding, ``-inf`` elsewhere). ``compile``: the steps over a static cache, compiled
+    (:class:`~aiayn.decoding.static.StaticSeq2Seq`; rows that end stop being read, not computed)."""
     check_src(model, src)
+    check_cache(compile, use_cache)
     net = cast(EncoderDecoder, model)
     cfg = net.cfg
     max_len = target_len(model, src, max_len)
@@ -167,12 +174,16 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], tuple[
     out = torch.full((src_rows, max_len), cfg.pad_id, dtype=torch.long, device=src.device)  # (B, max_len)
     alive = torch.arange(src.size(0), device=src.device)  # (A,) the rows still decoding
     ys = torch.full((src.size(0), 1), cfg.bos_id, dtype=torch.long, device=src.device)  # (A, t) their prefixes
-    cache = net.new_cache(max_len) if use_cache else None
+    static = StaticSeq2Seq(model, memory, src, max_len, compile=True) if compile else None
+    cache = net.new_cache(max_len) if use_cache and static is None else None
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (A,) rows that have produced </s>
     every = check_every(src.device)
     steps = 0
     for steps in range(1, max_len + 1):
-        logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (A, V)
+        if static is not None:
+            logits = static.step(ys[:, -1], steps - 1)  # (A, V)
+        else:
+            logits = net.decode(ys[:, -1:] if use_cache else ys, memory, src, cache=cache)[:, -1]  # (A, V)
         logits[:, cfg.pad_id] = float("-inf")  # padding is never an output (it would read as the end of the row)
         if processing is not None and processing.active:
             logits = processing(logits, ys, steps - 1)
@@ -194,6 +205,8 @@ def decode_with(model: nn.Module, src: Tensor, choose: Callable[[Tensor], tuple[
         alive, ys, memory, src, done = alive[keep], ys[keep], memory[keep], src[keep], done[keep]
         if cache is not None:
             cache.reorder(keep)
+        if static is not None:
+            static.reorder(keep)
     ids = trim(out[:, :steps], (cfg.eos_id,))  # the steps taken after the last row ended, if any
     if scores is not None:
         del scores[ids.size(1):]

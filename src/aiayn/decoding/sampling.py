@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
 from aiayn.decoding.processing import Processing
-from aiayn.decoding.static import StaticGPT
+from aiayn.decoding.static import StaticGPT, check_cache
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
@@ -167,8 +167,7 @@ def stream(
     done = torch.zeros(b, dtype=torch.bool, device=device)
     eos = end_ids(eos_id)
     every = check_every(device)
-    if compile and not use_cache:
-        raise ValueError("compile=True decodes over a static cache: it needs use_cache=True")
+    check_cache(compile, use_cache)
     static = StaticGPT(model, real, compile=True) if compile else None
     with evaluating(model):
         for step in range(max_new_tokens):
@@ -256,10 +255,11 @@ def sample_seq2seq(
     use_cache: bool = True,
     processing: Processing | None = None,
     scores: list[Tensor] | None = None,
+    compile: bool = False,
 ) -> Tensor:
     """Translate ``(B, S)`` source ids by drawing each next token (temperature, top-k, top-p) instead of
-    taking the most likely one; ``temperature=0`` is :func:`~aiayn.decoding.greedy.greedy`. ``processing`` and
-    ``scores`` as :func:`~aiayn.decoding.greedy.decode_with`'s.
+    taking the most likely one; ``temperature=0`` is :func:`~aiayn.decoding.greedy.greedy`. ``processing``,
+    ``scores`` and ``compile`` as :func:`~aiayn.decoding.greedy.decode_with`'s.
 
     Returns:
         ``(B, L)`` ids after ``<s>``, as :func:`~aiayn.decoding.greedy.greedy` returns them.
@@ -267,7 +267,7 @@ def sample_seq2seq(
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     return decode_with(model, src, lambda logits: pick(logits, temperature, top_k, top_p, generator),
-                       max_len, use_cache, processing, scores)
+                       max_len, use_cache, processing, scores, compile)
 
 
 __all__ = ["CachingModel", "check_prompts", "filter_logits", "next_token", "pick", "sample", "sample_seq2seq", "stream"]

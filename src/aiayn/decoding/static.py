@@ -1,4 +1,4 @@
-"""A static key/value cache and a decode step compiled once (gpt-fast's design), for a GPT.
+"""A static key/value cache and a decode step compiled once (gpt-fast's design), for a GPT and an encoder-decoder.
 
 The growing cache (:mod:`aiayn.layers.kv_cache`) hands attention the filled positions only, so each step has
 other shapes than the last and nothing can be compiled or captured. Here the buffers are allocated once for the
@@ -11,24 +11,34 @@ buffer, a mask hiding the columns not yet written (and each row's left padding):
     row 1      p p p p b b | . . .            a, b: made so far; the step writes column 6 in every row
     mask       0 1 1 1 1 1 1 0 0 0  (row 0)   and attends over all 10, the mask hiding padding and the future
 
-The prefill runs the model's own path on the prompt with the growing cache and copies what it cached into the
-buffers; then :meth:`StaticGPT.step` runs the one-token step, eager or through ``torch.compile`` (inductor's C++
-on a CPU, ``mode="reduce-overhead"``, i.e. CUDA graphs, on a GPU). The step is a function of tensors alone (the
-position is a tensor), so it is compiled once per batch size and buffer length and reused by every later
-generation of that shape in the process. The cost of a step follows the buffer, prompt plus new tokens, not the
-model's ``max_len``: at most twice what the filled columns cost.
+A GPT's prefill runs the model's own path on the prompt with the growing cache and copies what it cached into
+the buffers (:class:`StaticGPT`). An encoder-decoder has no prefill: its first step is the start token at column
+0, and each layer's cross-attention keys and values are projected from the encoder's output once, before the
+first step (:class:`StaticSeq2Seq`). Then :meth:`Static.step` runs the one-token step, eager or through
+``torch.compile`` (inductor's C++ on a CPU, ``mode="reduce-overhead"``, i.e. CUDA graphs, on a GPU). The step is
+a function of tensors alone (the position is a tensor), so it is compiled once per batch size and buffer length
+and reused by every later generation of that shape in the process. The cost of a step follows the buffer, prompt
+plus new tokens, not the model's ``max_len``: at most twice what the filled columns cost.
 
-Shapes: B batch, P prompt length (padded), L = P + new tokens, H kv heads, D head dim, V vocabulary.
+Beam search reorders rows in place (:meth:`Static.reorder`): the surviving beams' rows are copied over the
+first rows of the same buffers, so the compiled step keeps its shapes; when sentences finish, their rows leave
+the front of the batch and the step computes the rows behind them without reading their logits (the batch
+never shrinks, so nothing is compiled again).
+
+Shapes: B batch (x beams), A the rows still decoding (<= B), P prompt length (padded), L = P + new tokens,
+S source length, H kv heads, D head dim, V vocabulary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from aiayn.layers.kv_cache import DecoderCache
+from aiayn.layers.masks import padding_mask
 
 
 class StaticKVCache:
@@ -45,16 +55,21 @@ class StaticKVCache:
 
 
 class _Layer:
-    """What a decoder block reads of its cache: ``self_attn`` (a GPT has no cross-attention)."""
+    """What a decoder block reads of its cache: ``self_attn``, and an encoder-decoder's cross-attention keys and
+    values, projected once."""
 
-    def __init__(self, self_attn: StaticKVCache) -> None:
-        self.self_attn, self.cross = self_attn, None
+    def __init__(self, self_attn: StaticKVCache, cross: tuple[Tensor, Tensor] | None = None) -> None:
+        self.self_attn, self.cross = self_attn, cross
+
+    def cross_kv(self, attn: nn.Module, memory: Tensor | None) -> tuple[Tensor, Tensor]:
+        assert self.cross is not None  # projected by StaticSeq2Seq before the first step
+        return self.cross
 
 
-def _step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: Tensor, positions: Tensor,
-          columns: Tensor) -> Tensor:
-    """The logits ``(B, V)`` of ``token`` ``(B, 1)`` at column ``index`` ``(1,)``: a function of tensors, the same
-    shapes at every step, so that ``torch.compile`` compiles it once."""
+def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: Tensor, positions: Tensor,
+              columns: Tensor) -> Tensor:
+    """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)`` at column ``index`` ``(1,)``: a function of tensors, the
+    same shapes at every step, so that ``torch.compile`` compiles it once."""
     mask = (real & (columns <= index))[:, None, None, :]  # (B, 1, 1, L): written columns of real tokens
     position_ids = positions.index_select(1, index)  # (B, 1): positions count real tokens only
     x = model.embed(token, position_ids=position_ids)  # (B, 1, C)
@@ -63,18 +78,89 @@ def _step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: 
     return model.lm_head(hidden[:, -1])  # (B, V)
 
 
-_compiled: dict[str, Any] = {}  # torch.compile of _step, by device type: compiled once per process and shape
+def _seq2seq_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, memory_mask: Tensor,
+                  columns: Tensor) -> Tensor:
+    """An encoder-decoder's logits ``(B, V)`` of target ``token`` ``(B, 1)`` at position ``index`` ``(1,)``, its
+    cross-attention reading the keys and values in ``layers`` (``memory_mask`` ``(B, 1, 1, S)``)."""
+    mask = (columns <= index)[None, None, None, :]  # (1, 1, 1, L): the columns written so far
+    x = model.tgt_embed(token, position_ids=index.expand(token.size(0), 1))  # (B, 1, C)
+    hidden = model.decoder(x, memory=None, self_mask=mask, memory_mask=memory_mask, is_causal=False,
+                           caches=layers)  # (B, 1, C)
+    return model.generator(hidden[:, -1])  # (B, V)
 
 
-def compiled_step(device: torch.device) -> Any:
-    """``torch.compile(_step)`` for ``device``: inductor's default mode on a CPU, CUDA graphs on a GPU."""
-    mode = "reduce-overhead" if device.type == "cuda" else None
-    if device.type not in _compiled:
-        _compiled[device.type] = torch.compile(_step, mode=mode, dynamic=False)
-    return _compiled[device.type]
+def check_cache(compile: bool, use_cache: bool) -> None:
+    """Refuse ``compile=True`` with ``use_cache=False``: the compiled step decodes over a static cache."""
+    if compile and not use_cache:
+        raise ValueError("compile=True decodes over a static cache: it needs use_cache=True")
 
 
-class StaticGPT:
+_compiled: dict[tuple[str, str], Any] = {}  # torch.compile of a step, by step and device type: once per process
+
+
+def compiled_step(device: torch.device, step: Callable[..., Tensor] = _gpt_step) -> Any:
+    """``torch.compile(step)`` for ``device``: inductor's default mode on a CPU, CUDA graphs on a GPU."""
+    key = (step.__name__, device.type)
+    if key not in _compiled:
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        _compiled[key] = torch.compile(step, mode=mode, dynamic=False)
+    return _compiled[key]
+
+
+class Static:
+    """Decoding over static buffers: :meth:`step` one token at a time for the first :attr:`rows` rows of the
+    batch, :meth:`reorder` the rows in place (beam search); a subclass fills :attr:`layers` and says what the
+    step reads besides them (:meth:`_inputs`) and which tensors hold a row each (:attr:`per_row`)."""
+
+    def __init__(self, model: nn.Module, step: Callable[..., Tensor], length: int, device: torch.device,
+                 compile: bool) -> None:
+        self.model, self.length = model, length
+        self.columns = torch.arange(length, device=device)  # (L,)
+        self.index = torch.zeros(1, dtype=torch.long, device=device)
+        self.layers: list[_Layer] = []
+        self.per_row: list[Tensor] = []  # (B, ...) tensors besides the buffers, reordered with them
+        self.batch = self.rows = 0  # buffer rows; the first ``rows`` of them are decoding
+        self.filled = 0  # the columns written so far
+        self.run = compiled_step(device, step) if compile else step
+
+    def _inputs(self) -> tuple[Tensor, ...]:
+        raise NotImplementedError  # each kind of model says what its step reads
+
+    def step(self, token: Tensor, column: int) -> Tensor:
+        """The logits ``(A, V)`` of the rows decoding after their ``token`` ``(A,)``, written at ``column``."""
+        if not self.layers:
+            raise RuntimeError("prefill the prompts first")
+        if token.size(0) != self.rows:
+            raise ValueError(f"token must hold one id for each of the {self.rows} rows decoding, got {token.size(0)}")
+        if not 0 <= column < self.length:
+            raise ValueError(f"column {column} is outside the {self.length} columns of the buffers")
+        self.index.fill_(column)
+        self.filled = column + 1
+        if self.rows < self.batch:  # rows that left: computed, not read
+            token = torch.cat([token, token.new_zeros(self.batch - self.rows)])
+        token = token.contiguous()[:, None]  # (B, 1), the same strides at every step (a column of ids has others)
+        logits = self.run(self.model, self.layers, token, self.index, *self._inputs())  # (B, V)
+        logits = logits[: self.rows]
+        return logits.clone() if logits.is_cuda else logits  # CUDA graphs write their outputs again next step
+
+    def reorder(self, index: Tensor, fewer: bool = True) -> None:
+        """Make the rows decoding the rows ``index`` ``(A',)`` of those decoding now (beam search's survivors),
+        in the first ``A'`` rows of the buffers. ``fewer=False``: ``index`` only moves rows among the beams of
+        one input, whose other per-row tensors are alike, so only the self-attention buffers are copied."""
+        n, filled = index.numel(), self.filled  # the buffers' other columns are not read
+        for layer in self.layers:
+            for buffer in (layer.self_attn.k, layer.self_attn.v):
+                buffer[:n, :, :filled] = buffer[:, :, :filled].index_select(0, index)
+            if fewer and layer.cross is not None:
+                for t in layer.cross:
+                    t[:n] = t.index_select(0, index)
+        if fewer:
+            for t in self.per_row:
+                t[:n] = t.index_select(0, index)
+        self.rows = n
+
+
+class StaticGPT(Static):
     """A GPT's decoding over a static cache: :meth:`prefill` the prompts, then :meth:`step` one token at a time.
 
     Args:
@@ -95,12 +181,13 @@ class StaticGPT:
         if real.size(1) > cfg.max_len:
             raise ValueError(f"the prompt and the new tokens are {real.size(1)} positions; the model has "
                              f"{cfg.max_len} (max_len)")
-        self.model, self.real = model, real
+        super().__init__(model, _gpt_step, real.size(1), real.device, compile)
+        self.real = real.clone()
         self.positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        self.columns = torch.arange(real.size(1), device=real.device)  # (L,)
-        self.index = torch.zeros(1, dtype=torch.long, device=real.device)
-        self.layers: list[_Layer] = []
-        self.run = compiled_step(real.device) if compile else _step
+        self.per_row = [self.real, self.positions]
+
+    def _inputs(self) -> tuple[Tensor, ...]:
+        return self.real, self.positions, self.columns
 
     def prefill(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """The logits ``(B, V)`` of the last prompt position; ``ids`` ``(B, P)``, the prompts (eager, the
@@ -109,22 +196,49 @@ class StaticGPT:
         b, p = ids.shape
         cache = DecoderCache(len(model.decoder.layers), p)
         hidden = model.features(ids, attention_mask=attention_mask, cache=cache)  # (B, P, C)
-        total = self.real.size(1)
         for layer in cache:
             k, v = layer.self_attn.k, layer.self_attn.v  # (B, H, P, D)
             assert k is not None and v is not None  # the prefill filled them
-            kb, vb = k.new_zeros(b, k.size(1), total, k.size(3)), v.new_zeros(b, v.size(1), total, v.size(3))
+            kb = k.new_zeros(b, k.size(1), self.length, k.size(3))
+            vb = v.new_zeros(b, v.size(1), self.length, v.size(3))
             kb[:, :, :p], vb[:, :, :p] = k[:, :, :p], v[:, :, :p]
             self.layers.append(_Layer(StaticKVCache(kb, vb, self.index)))
+        self.filled = p
+        self.batch = self.rows = b
         return model.lm_head(hidden[:, -1])
 
-    def step(self, token: Tensor, column: int) -> Tensor:
-        """The logits ``(B, V)`` after ``token`` ``(B,)``, written at ``column`` (the prompt's length, then one
-        more each step)."""
-        if not self.layers:
-            raise RuntimeError("prefill the prompts first")
-        self.index.fill_(column)
-        return self.run(self.model, self.layers, token[:, None], self.index, self.real, self.positions, self.columns)
+
+class StaticSeq2Seq(Static):
+    """An encoder-decoder's decoding over a static cache (the paper's Transformer, BART, Marian): :meth:`step`
+    from the start token on, every step the same shapes.
+
+    Args:
+        model: a :class:`aiayn.models.Transformer`.
+        memory: ``(B, S, C)``, the encoder's output (each row repeated for its beams).
+        src: ``(B, S)`` the source ids (their padding is masked out of cross-attention).
+        length: the most target positions decoded, the start token's included.
+        compile: as :class:`StaticGPT`'s.
+    """
+
+    def __init__(self, model: nn.Module, memory: Tensor, src: Tensor, length: int, compile: bool = False) -> None:
+        net: Any = model
+        if not hasattr(net, "encode"):
+            raise ValueError(f"StaticSeq2Seq decodes an encoder-decoder, not a {type(model).__name__}")
+        super().__init__(model, _seq2seq_step, length, src.device, compile)
+        if net.tgt_embed.positions is not None:  # sinusoidal tables grow for long targets: now, not in the graph
+            net.tgt_embed.positions(1, length - 1)
+        self.memory_mask = padding_mask(src, net.cfg.pad_id).clone()  # (B, 1, 1, S)
+        self.per_row = [self.memory_mask]
+        b = src.size(0)
+        for block in net.decoder.layers:
+            attn = block.self_attn
+            k = memory.new_zeros(b, attn.n_kv_heads, length, attn.d_model // attn.n_heads)  # (B, H, L, D)
+            self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index),
+                                      block.cross_attn.project_kv(memory)))  # (B, H, S, D) each
+        self.batch = self.rows = b
+
+    def _inputs(self) -> tuple[Tensor, ...]:
+        return self.memory_mask, self.columns
 
 
-__all__ = ["StaticGPT", "StaticKVCache", "compiled_step"]
+__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "check_cache", "compiled_step"]

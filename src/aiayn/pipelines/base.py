@@ -51,7 +51,7 @@ class Pipeline:
     """
 
     compile = False
-    """A language model's greedy decoding and sampling over a static cache with a compiled step
+    """Decoding (a language model's or a translation model's) over a static cache with a compiled step
     (:mod:`aiayn.decoding.static`); ``pipeline(..., compile=True)`` sets it."""
 
     def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
@@ -141,7 +141,8 @@ class Pipeline:
         if not 1 <= num_return_sequences <= beam:
             raise ValueError(f"num_return_sequences must be between 1 and beam={beam}, got {num_return_sequences}")
         out = n_best(self.model, self._parts["src_tok"], self._parts["tgt_tok"],
-                     [texts] if isinstance(texts, str) else list(texts), beam, num_return_sequences)
+                     [texts] if isinstance(texts, str) else list(texts), beam, num_return_sequences,
+                     compile=self.compile)
         if num_return_sequences > 1:
             return out[0] if isinstance(texts, str) else out
         return out[0][0] if isinstance(texts, str) else [best[0] for best in out]
@@ -245,8 +246,8 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         weights: a translation run's other weights (``average.safetensors``, ``best.safetensors``).
         task: ``transformers``' task name (a key of :data:`METHODS`), checked against the folder's.
         model: the folder or model id, when the first argument names the task.
-        compile: a language model decodes over a static cache with a compiled step (greedy and sampling; the
-            same text, faster once compiled: :mod:`aiayn.decoding.static`).
+        compile: a language model or a translation model decodes over a static cache with a compiled step
+            (greedy, sampling and beams; the same text, faster once compiled: :mod:`aiayn.decoding.static`).
 
     Raises:
         FileNotFoundError: ``source`` holds no model.
@@ -265,8 +266,9 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
     p = _load(source, device, quantize, weights)
     if task is not None and task != p.task:
         raise ValueError(f"task={task!r}, but {p.source} holds a {type(p.model).__name__}, a {p.task} model")
-    if compile and p.task != "text-generation":
-        raise ValueError(f"compile=True compiles a language model's decoding; {p.source} holds a {p.task} model")
+    if compile and p.task not in ("text-generation", "translation"):
+        raise ValueError(f"compile=True compiles decoding (text-generation, translation); {p.source} holds a "
+                         f"{p.task} model")
     p.compile = compile
     return p
 

@@ -145,8 +145,8 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     Args:
         options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
             ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given).
-        compile: greedy decoding and sampling over a static cache with a compiled step
-            (:mod:`aiayn.decoding.static`; the same text); beam search stays eager.
+        compile: decoding over a static cache with a compiled step (:mod:`aiayn.decoding.static`; the same
+            text).
     """
     unknown = set(options) - set(DEFAULTS)
     if unknown:
@@ -156,7 +156,7 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"]) for p in prompts]
     n = num_return_sequences
     settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id,
-                "compile": compile and num_beams == 1}
+                "compile": compile}
     del settings["max_new_tokens"]  # each prompt's room
     where = devices.of(model)
     if o["do_sample"]:  # one prompt at a time: each seeded alike

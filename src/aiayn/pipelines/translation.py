@@ -22,16 +22,18 @@ from aiayn.training import device as devices
 from aiayn.training.checkpoint import saved_config
 
 
-def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128) -> list[str]:
+def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128,
+                    compile: bool = False) -> list[str]:
     """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
-    ``model``'s device."""
-    return [best[0] for best in n_best(model, src_tok, tgt_tok, texts, beam, 1, batch_size)]
+    ``model``'s device. ``compile``: over a static cache with a compiled step (:mod:`aiayn.decoding.static`)."""
+    return [best[0] for best in n_best(model, src_tok, tgt_tok, texts, beam, 1, batch_size, compile)]
 
 
 def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
-           batch_size: int = 128) -> list[list[str]]:
+           batch_size: int = 128, compile: bool = False) -> list[list[str]]:
     """The ``n`` best translations of each text, best first (beam search's ``n`` best beams, ``n <= beam``);
-    :func:`translate_texts` is ``n=1``."""
+    :func:`translate_texts` is ``n=1``. ``compile``: as :func:`translate_texts`' (each batch shape compiles once:
+    the batches are sorted by length, so a new length is a new shape)."""
     if not 1 <= n <= beam:
         raise ValueError(f"n_best must be between 1 and the beam size {beam}, got {n}")
     where = devices.of(model)
@@ -45,7 +47,8 @@ def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
         idx = order[i : i + batch_size]
         src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
         src = devices.move(src, where)
-        ids = greedy(model, src) if beam == 1 else beam_search(model, src, beam=beam, num_return_sequences=n)
+        ids = (greedy(model, src, compile=compile) if beam == 1
+               else beam_search(model, src, beam=beam, num_return_sequences=n, compile=compile))
         assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
         rows = ids.tolist()  # (len(idx) * n) rows, each text's n together
         for k, j in enumerate(idx):
