@@ -1,5 +1,6 @@
 """Continuous batching, without HTTP: rows that join and leave a running batch at step boundaries decode what each
-decodes alone (``aiayn.decoding.sample``, greedy); the queue and the micro-batcher keep their contracts."""
+decodes alone (``aiayn.decoding.sample``, greedy), packed or in the compiled step's slots; the queue and the
+micro-batcher keep their contracts."""
 
 import threading
 import time
@@ -11,7 +12,7 @@ import aiayn
 from aiayn.decoding import sample
 from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Job, MicroBatcher, Waiting
-from aiayn.serve.generation import Batch, Row
+from aiayn.serve.generation import Batch, Row, SlotBatch
 from aiayn.serve.metrics import Metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -39,7 +40,8 @@ def test_text_holds_back_what_may_start_a_stop_string_and_cuts_at_it():
     assert "".join(free.add(ord(c)) for c in "abc") + free.rest() == "abc"  # no stop came: the held "c" comes out
 
 
-def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs):
+@pytest.mark.parametrize("compiled", [False, True], ids=["packed", "compiled-slots"])
+def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs, compiled):
     p = aiayn.pipeline(runs["lm"], device="cpu")
     model, tok = p.model, p.parts["tok"]
     texts = ["1 May", "the 3rd of June 1999 =", "x", "2001-02-03", "12 December", "May", "7"]
@@ -49,7 +51,9 @@ def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs):
     rows = [row(pr, n, tok=tok) for pr, n in zip(prompts, budgets)]
     cancelled = row(tok.encode("abandoned"), 40, tok=tok)
     joins = {0: [0, 1], 2: [2], 5: [3, 4, 6], 6: [5]}  # 6 joins with a budget of 1: done at its prefill
-    batch, sizes = Batch(model, {tok.eos_id}, Metrics()), []
+    ends = {tok.eos_id}
+    batch = SlotBatch(model, ends, Metrics(), slots=8) if compiled else Batch(model, ends, Metrics())
+    sizes = []
     with torch.inference_mode():
         for step in range(80):
             if step == 1:
@@ -58,15 +62,19 @@ def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs):
                 cancelled.cancelled = True  # its client went away: it leaves at the next boundary
             batch.update([rows[i] for i in joins.get(step, [])])
             sizes.append(len(batch.rows))
-            assert batch.real.shape[0] == len(batch.rows)
+            if not compiled:
+                assert batch.real.shape[0] == len(batch.rows)
             if batch.rows:
-                assert batch.real[:, 0].any() and batch.cache.length == batch.real.size(1)  # no unused column
+                if not compiled:
+                    assert batch.real[:, 0].any() and batch.cache.length == batch.real.size(1)  # no unused column
                 batch.step()
     assert not batch.rows and max(sizes) >= 4
     for r, want in zip(rows, alone):
         assert r.text.ids == [t for t in want if t != tok.eos_id]
         assert r.finish == ("stop" if tok.eos_id in want else "length")
     assert cancelled.finish is None and cancelled.steps < 10
+    if compiled:  # every slot free again, each row's once
+        assert sorted(batch.free) == list(range(8)) and not batch.slot
 
 
 def test_a_row_joins_only_when_the_packed_cache_fits_the_positions(runs):

@@ -81,7 +81,8 @@ def test_openai_client_embeddings(runs, serve):
             client.completions.create(model="tiny", prompt="x")  # a BERT has no completions
 
 
-def test_32_concurrent_clients_get_the_texts_of_32_sequential_calls(runs, serve):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])  # aiayn serve --compile: slots
+def test_32_concurrent_clients_get_the_texts_of_32_sequential_calls(runs, serve, compiled):
     p = aiayn.pipeline(runs["lm"], device="cpu")
     words = ["1 May", "x", "the 3rd of June 1999 =", "2001", "12 December 1987", "", "May 5", "abc"]
     asks = [(words[i % 8] + " " * (i // 8), 4 + (7 * i) % 29, ["y"] if i % 5 == 0 else []) for i in range(32)]
@@ -102,6 +103,7 @@ def test_32_concurrent_clients_get_the_texts_of_32_sequential_calls(runs, serve)
 
             return await asyncio.gather(*(one(i, *a) for i, a in enumerate(asks)))
 
+    p.compile = compiled
     with serve(p, max_batch=8, max_wait_ms=5) as (url, _):
         got = asyncio.run(clients(url))
         text = httpx.get(f"{url}/metrics").text
@@ -208,7 +210,10 @@ def png(picture):
 
 
 def test_translations_answer_what_the_pipeline_translates(runs, serve):
-    p = aiayn.pipeline(runs["translation"], device="cpu")
+    p = aiayn.pipeline(runs["translation"], device="cpu", compile=True)
+    with pytest.raises(ValueError, match="serve it without compile"):  # batches of every shape: not compiled
+        serve(p).__enter__()
+    p.compile = False
     texts = ["abc def", "hello there", "x"]
     with serve(p, max_wait_ms=20) as (url, _), httpx.Client(base_url=url, timeout=30) as c:
         for beam in (1, 3):

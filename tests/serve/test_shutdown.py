@@ -82,9 +82,12 @@ def test_sigterm_finishes_what_is_in_flight_refuses_the_rest_and_writes_nothing(
     assert list(cwd.iterdir()) == [] and listing(run) == before
 
 
-def test_serve_refuses_bad_flags_and_a_folder_without_a_model(tmp_path, capsys):
+def test_serve_refuses_bad_flags_and_a_folder_without_a_model(runs, tmp_path, capsys):
     pytest.importorskip("uvicorn")
     from aiayn.cli.serve import main
+
+    assert main([str(runs["translation"]), "--compile", "--port", "0"]) == 2  # refused before it listens
+    assert "serve it without compile" in capsys.readouterr().err
 
     assert main([str(tmp_path), "--max-batch", "0"]) == 2
     assert "--max-batch must be >= 1" in capsys.readouterr().err

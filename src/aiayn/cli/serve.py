@@ -28,6 +28,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one, printed)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
+    p.add_argument("--compile", action="store_true", help="a language model decodes over a static cache of "
+                   "--max-batch slots with a torch.compile'd step, compiled before the server listens")
     p.add_argument("--max-batch", type=int, default=SERVING["max_batch"],
                    help="rows (generation) or inputs run together, at most")
     p.add_argument("--max-wait-ms", type=float, default=SERVING["max_wait_ms"],
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
     fix_mmap_threshold()  # before the model's tensors: resident memory stays flat under load
 
-    pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None)
+    pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
+                          compile=args.compile)
     settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs)
     app = make_app(pipe, settings)

@@ -32,7 +32,7 @@ S source length, H kv heads, D head dim, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -42,15 +42,17 @@ from aiayn.layers.masks import padding_mask
 
 
 class StaticKVCache:
-    """One self-attention layer's ``(B, H, L, D)`` key and value buffers; :meth:`append` writes the new ones at
-    ``index`` (a ``(T,)`` tensor of columns, shared by every layer) and returns the whole buffers."""
+    """One self-attention layer's ``(B, H, L, D)`` key and value buffers; :meth:`append` writes each row's new
+    key and value ``(B, H, 1, D)`` at its column of ``index`` (a ``(B,)`` tensor shared by every layer: the same
+    column for every row, or each row its own, :class:`StaticSlots`) and returns the whole buffers."""
 
     def __init__(self, k: Tensor, v: Tensor, index: Tensor) -> None:
         self.k, self.v, self.index = k, v, index
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self.k.index_copy_(2, self.index, k)
-        self.v.index_copy_(2, self.index, v)
+        at = self.index.view(-1, 1, 1, 1).expand_as(k)  # (B, H, 1, D)
+        self.k.scatter_(2, at, k)
+        self.v.scatter_(2, at, v)
         return self.k, self.v
 
 
@@ -68,10 +70,10 @@ class _Layer:
 
 def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: Tensor, positions: Tensor,
               columns: Tensor) -> Tensor:
-    """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)`` at column ``index`` ``(1,)``: a function of tensors, the
-    same shapes at every step, so that ``torch.compile`` compiles it once."""
-    mask = (real & (columns <= index))[:, None, None, :]  # (B, 1, 1, L): written columns of real tokens
-    position_ids = positions.index_select(1, index)  # (B, 1): positions count real tokens only
+    """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)``, each row's at its column of ``index`` ``(B,)``: a
+    function of tensors, the same shapes at every step, so that ``torch.compile`` compiles it once."""
+    mask = (real & (columns <= index[:, None]))[:, None, None, :]  # (B, 1, 1, L): written columns of real tokens
+    position_ids = positions.gather(1, index[:, None])  # (B, 1): positions count real tokens only
     x = model.embed(token, position_ids=position_ids)  # (B, 1, C)
     rotary = None if model.rotary is None else model.rotary(1, 0, position_ids)
     hidden = model.decoder(x, self_mask=mask, is_causal=False, caches=layers, rotary=rotary)  # (B, 1, C)
@@ -80,10 +82,10 @@ def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, re
 
 def _seq2seq_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, memory_mask: Tensor,
                   columns: Tensor) -> Tensor:
-    """An encoder-decoder's logits ``(B, V)`` of target ``token`` ``(B, 1)`` at position ``index`` ``(1,)``, its
+    """An encoder-decoder's logits ``(B, V)`` of target ``token`` ``(B, 1)`` at position ``index`` ``(B,)``, its
     cross-attention reading the keys and values in ``layers`` (``memory_mask`` ``(B, 1, 1, S)``)."""
-    mask = (columns <= index)[None, None, None, :]  # (1, 1, 1, L): the columns written so far
-    x = model.tgt_embed(token, position_ids=index.expand(token.size(0), 1))  # (B, 1, C)
+    mask = (columns <= index[:, None])[:, None, None, :]  # (B, 1, 1, L): the columns written so far
+    x = model.tgt_embed(token, position_ids=index[:, None])  # (B, 1, C)
     hidden = model.decoder(x, memory=None, self_mask=mask, memory_mask=memory_mask, is_causal=False,
                            caches=layers)  # (B, 1, C)
     return model.generator(hidden[:, -1])  # (B, V)
@@ -112,11 +114,11 @@ class Static:
     batch, :meth:`reorder` the rows in place (beam search); a subclass fills :attr:`layers` and says what the
     step reads besides them (:meth:`_inputs`) and which tensors hold a row each (:attr:`per_row`)."""
 
-    def __init__(self, model: nn.Module, step: Callable[..., Tensor], length: int, device: torch.device,
+    def __init__(self, model: nn.Module, step: Callable[..., Tensor], batch: int, length: int, device: torch.device,
                  compile: bool) -> None:
         self.model, self.length = model, length
         self.columns = torch.arange(length, device=device)  # (L,)
-        self.index = torch.zeros(1, dtype=torch.long, device=device)
+        self.index = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) the column each row writes next
         self.layers: list[_Layer] = []
         self.per_row: list[Tensor] = []  # (B, ...) tensors besides the buffers, reordered with them
         self.batch = self.rows = 0  # buffer rows; the first ``rows`` of them are decoding
@@ -160,6 +162,19 @@ class Static:
         self.rows = n
 
 
+def _check_gpt(model: nn.Module, length: int) -> None:
+    """Refuse what a GPT's static cache of ``length`` columns does not decode."""
+    cfg: Any = getattr(model, "cfg", None)
+    if not hasattr(model, "new_cache") or hasattr(model, "encode") or cfg is None:
+        raise ValueError(f"a static cache decodes a GPT, not a {type(model).__name__}")
+    if cfg.attention_window is not None:
+        raise ValueError("a GPT with a sliding window (attention_window) decodes with its rolling cache: "
+                         "compile=False")
+    if length > cfg.max_len:
+        raise ValueError(f"the prompt and the new tokens are {length} positions; the model has {cfg.max_len} "
+                         f"(max_len)")
+
+
 class StaticGPT(Static):
     """A GPT's decoding over a static cache: :meth:`prefill` the prompts, then :meth:`step` one token at a time.
 
@@ -172,16 +187,8 @@ class StaticGPT(Static):
     """
 
     def __init__(self, model: nn.Module, real: Tensor, compile: bool = False) -> None:
-        cfg: Any = getattr(model, "cfg", None)
-        if not hasattr(model, "new_cache") or hasattr(model, "encode") or cfg is None:
-            raise ValueError(f"a static cache decodes a GPT, not a {type(model).__name__}")
-        if cfg.attention_window is not None:
-            raise ValueError("a GPT with a sliding window (attention_window) decodes with its rolling cache: "
-                             "compile=False")
-        if real.size(1) > cfg.max_len:
-            raise ValueError(f"the prompt and the new tokens are {real.size(1)} positions; the model has "
-                             f"{cfg.max_len} (max_len)")
-        super().__init__(model, _gpt_step, real.size(1), real.device, compile)
+        _check_gpt(model, real.size(1))
+        super().__init__(model, _gpt_step, real.size(0), real.size(1), real.device, compile)
         self.real = real.clone()
         self.positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
         self.per_row = [self.real, self.positions]
@@ -224,7 +231,7 @@ class StaticSeq2Seq(Static):
         net: Any = model
         if not hasattr(net, "encode"):
             raise ValueError(f"StaticSeq2Seq decodes an encoder-decoder, not a {type(model).__name__}")
-        super().__init__(model, _seq2seq_step, length, src.device, compile)
+        super().__init__(model, _seq2seq_step, src.size(0), length, src.device, compile)
         if net.tgt_embed.positions is not None:  # sinusoidal tables grow for long targets: now, not in the graph
             net.tgt_embed.positions(1, length - 1)
         self.memory_mask = padding_mask(src, net.cfg.pad_id).clone()  # (B, 1, 1, S)
@@ -241,4 +248,81 @@ class StaticSeq2Seq(Static):
         return self.memory_mask, self.columns
 
 
-__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "check_cache", "compiled_step"]
+class StaticSlots:
+    """A GPT's static cache of ``slots`` rows for continuous batching (:mod:`aiayn.serve`): a request's row
+    joins a free slot (:meth:`join`: its prompt prefilled eagerly, copied into the slot's first columns), every
+    :meth:`step` writes each slot at its own next column, and a row that ends frees its slot (:meth:`free`); nothing
+    moves, so one compiled step serves every mix of rows for the life of the process:
+
+        columns    0 1 2 3 4 5 6 7             each row from column 0, its own length: no padding
+        slot 0     p p p a a | . .             the step writes column 5 of slot 0, 3 of slot 1,
+        slot 1     p p b | . . . .             and computes the free slot 2 without reading it
+        slot 2     (free)
+
+    Args:
+        model: a :class:`aiayn.models.GPT` without a sliding window.
+        slots: rows decoding together, at most.
+        length: columns of each slot: a row's prompt and new tokens, at most (default the model's ``max_len``).
+        compile: the step through ``torch.compile`` (:func:`compiled_step`).
+    """
+
+    def __init__(self, model: nn.Module, slots: int, length: int | None = None, compile: bool = False) -> None:
+        cfg: Any = getattr(model, "cfg", None)
+        length = cfg.max_len if length is None and cfg is not None else length
+        _check_gpt(model, length or 0)
+        if slots < 1 or not length or length < 1:
+            raise ValueError(f"slots={slots} and length={length} must be >= 1")
+        device = next(model.parameters()).device
+        self.model, self.slots, self.length = model, slots, length
+        self.index = torch.zeros(slots, dtype=torch.long, device=device)  # (S,) each slot's next column
+        self.live = torch.zeros(slots, dtype=torch.long, device=device)  # (S,) 1 where a row decodes
+        self.real = torch.ones(slots, length, dtype=torch.bool, device=device)  # (S, L): no padding in a slot
+        self.columns = torch.arange(length, device=device)  # (L,)
+        self.positions = self.columns.expand(slots, length)  # (S, L): a slot's column is its position
+        self.layers: list[_Layer] = []
+        dtype = next(model.parameters()).dtype
+        for block in cast(Any, model).decoder.layers:
+            attn = block.self_attn
+            k = torch.zeros(slots, attn.n_kv_heads, length, attn.d_model // attn.n_heads, dtype=dtype, device=device)
+            self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index)))
+        self.run = compiled_step(device) if compile else _gpt_step
+
+    @torch.no_grad()
+    def join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
+        """Prefill ``prompts`` (one batch, left-padded) into the free ``slots``; their last positions' logits
+        ``(n, V)``."""
+        model: Any = self.model
+        width = max(len(p) for p in prompts)
+        if width > self.length:
+            raise ValueError(f"a prompt of {width} tokens does not fit a slot of {self.length} columns")
+        device = self.index.device
+        ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)  # (n, P)
+        real = torch.zeros(len(prompts), width, dtype=torch.bool, device=device)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, device=device)
+            real[i, width - len(p):] = True
+        cache = DecoderCache(len(model.decoder.layers), width)
+        padded = bool((~real).any())
+        hidden = model.features(ids, attention_mask=real if padded else None, cache=cache)  # (n, P, C)
+        for layer, filled in zip(self.layers, cache):
+            for buffer, new in ((layer.self_attn.k, filled.self_attn.k), (layer.self_attn.v, filled.self_attn.v)):
+                assert new is not None  # the prefill filled it
+                for i, (slot, p) in enumerate(zip(slots, prompts)):
+                    buffer[slot, :, : len(p)] = new[i, :, width - len(p) :]
+        for slot, p in zip(slots, prompts):
+            self.index[slot], self.live[slot] = len(p), 1
+        return model.lm_head(hidden[:, -1])
+
+    def free(self, slot: int) -> None:
+        """The row in ``slot`` left: the slot is computed, not read, until a row joins it."""
+        self.index[slot], self.live[slot] = 0, 0
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """The logits ``(S, V)`` after each slot's token ``tokens`` ``(S,)`` (any id in a free slot)."""
+        logits = self.run(self.model, self.layers, tokens.contiguous()[:, None], self.index, self.real,
+                          self.positions, self.columns)
+        self.index += self.live  # the next column of each row decoding
+        return logits.clone() if logits.is_cuda else logits
+
+
+__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "StaticSlots", "check_cache", "compiled_step"]

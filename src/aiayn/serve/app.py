@@ -134,7 +134,11 @@ class _Server:
         if task == "generate":
             tok = pipe.parts["tok"]
             ends = set() if tok.eos_id is None else {tok.eos_id}
-            return ContinuousBatcher(pipe.model, ends, s.max_batch, wait, s.max_queue, self.metrics)
+            return ContinuousBatcher(pipe.model, ends, s.max_batch, wait, s.max_queue, self.metrics,
+                                     compile=pipe.compile)
+        if pipe.compile:  # micro-batches of every size and length: a compile for each shape
+            raise ValueError(f"compile serves a language model (one compiled step for every batch); a {task} "
+                             f"pipeline's batches change shape with each request: serve it without compile")
         call: Callable[[Any, list[Any]], list[Any]]
         if task == "embed":
             call = lambda key, texts: list(pipe.embed(texts))  # noqa: E731  (N, C) -> N vectors

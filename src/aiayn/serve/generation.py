@@ -24,6 +24,12 @@ sampling rows with their own temperature, top-k, top-p and seeded generator
 gives one by one. A row joins only if the packed cache still fits the model's positions (``max_len``); otherwise it
 waits for rows to leave.
 
+Packing changes the cache's shape at every boundary, so that step cannot be compiled. ``aiayn serve --compile``
+decodes over a static cache of ``max_batch`` slots instead (:class:`SlotBatch`, on
+:class:`~aiayn.decoding.static.StaticSlots`): a joining row is prefilled into a free slot, each row writes its own
+next column, a row that leaves frees its slot, and one step compiled when the server starts serves every mix of
+rows (free slots are computed and not read: the price of a fixed shape).
+
 Shapes: B rows, W cache columns, H heads, D head dim, V vocabulary.
 """
 
@@ -37,6 +43,7 @@ import torch
 from torch import Tensor
 
 from aiayn.decoding.sampling import check_prompts, next_token
+from aiayn.decoding.static import StaticSlots
 from aiayn.layers.kv_cache import DecoderCache
 from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Worker
@@ -223,6 +230,61 @@ class Batch:
         self.rows, self.cache, self.real = [], None, self.real.new_zeros(0, 0)
 
 
+class SlotBatch(Batch):
+    """The rows decoding together over a static cache of ``slots`` rows with a compiled step
+    (:class:`~aiayn.decoding.static.StaticSlots`): the same rows join and leave, the same tokens are chosen, and
+    nothing is packed. The step is compiled (and run once) when the batch is made."""
+
+    def __init__(self, model: Any, ends: set[int], metrics: Metrics, slots: int) -> None:
+        super().__init__(model, ends, metrics)
+        self.static = StaticSlots(model, slots, compile=True)
+        self.slot: dict[Row, int] = {}  # each decoding row's slot
+        self.free = list(range(slots))[::-1]
+        with torch.no_grad():  # compile now, not at the first request
+            self.static.step(torch.zeros(slots, dtype=torch.long, device=self.device))
+
+    def admits(self, joining: list[Row], row: Row) -> bool:
+        """Any row the server accepted fits a slot (prompt and budget within ``max_len``); the worker takes no
+        more rows than there are free slots."""
+        return True
+
+    def update(self, joining: list[Row]) -> None:
+        """Rows that ended free their slots; ``joining`` rows are prefilled into free ones."""
+        for r in self.rows:
+            if r.done:
+                self.static.free(self.slot[r])
+                self.free.append(self.slot.pop(r))
+        self.rows = [r for r in self.rows if not r.done]
+        if not joining:
+            return
+        check_prompts(self.model, [r.prompt for r in joining])
+        slots = [self.free.pop() for _ in joining]
+        self._choose(self.static.join(slots, [r.prompt for r in joining]), joining)  # (n, V)
+        self.metrics.count_tokens(prompt=sum(len(r.prompt) for r in joining))
+        for r, slot in zip(joining, slots):
+            if r.done:  # ended at its first token
+                self.static.free(slot)
+                self.free.append(slot)
+            else:
+                self.slot[r] = slot
+                self.rows.append(r)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One token for every row, each slot at its own column."""
+        slots = torch.tensor([self.slot[r] for r in self.rows], device=self.device)  # (B,)
+        tokens = torch.zeros(self.static.slots, dtype=torch.long, device=self.device)  # (S,) free slots: any id
+        tokens[slots] = torch.tensor([r.last for r in self.rows], device=self.device)
+        self._choose(self.static.step(tokens)[slots], self.rows)  # (B, V)
+        self.metrics.batched(len(self.rows))
+
+    def fail(self, error: BaseException) -> None:
+        super().fail(error)
+        for slot in self.slot.values():
+            self.static.free(slot)
+        self.free, self.slot = list(range(self.static.slots))[::-1], {}
+
+
 class ContinuousBatcher(Worker):
     """The worker thread of a language model: joins queued rows at step boundaries and steps the batch.
 
@@ -232,15 +294,16 @@ class ContinuousBatcher(Worker):
         max_batch: rows decoding together, at most.
         max_wait: seconds an idle worker waits after a first row for others to start with it.
         max_queue: rows that may wait to join.
+        compile: decode over ``max_batch`` static slots with a compiled step (:class:`SlotBatch`).
     """
 
     def __init__(self, model: Any, ends: set[int], max_batch: int, max_wait: float, max_queue: int,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, compile: bool = False) -> None:
         super().__init__(max_batch, max_wait, max_queue, metrics)
         if getattr(model.cfg, "attention_window", None) is not None:
             raise ValueError("serve: continuous batching packs whole caches; a sliding-window model "
                              f"(attention_window={model.cfg.attention_window}) is not supported")
-        self.batch = Batch(model, ends, metrics)
+        self.batch = SlotBatch(model, ends, metrics, max_batch) if compile else Batch(model, ends, metrics)
 
     def submit(self, rows: list[Row]) -> bool:
         """Queue a request's rows together; ``False`` when the queue is full (answer 503)."""
@@ -270,4 +333,4 @@ class ContinuousBatcher(Worker):
             self.metrics.gauges(len(self.waiting), batch.active)
 
 
-__all__ = ["Batch", "ContinuousBatcher", "Event", "Row"]
+__all__ = ["Batch", "ContinuousBatcher", "Event", "Row", "SlotBatch"]
