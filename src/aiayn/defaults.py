@@ -24,6 +24,9 @@ TEXT_GENERATION: dict[str, Any] = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_new_tokens": 0,
 }
 
+# The dtypes a loaded model may be cast to (``dtype=``, ``--dtype``): float32 as saved, or half precision.
+DTYPES = ("float32", "bfloat16", "float16")
+
 SERVING: dict[str, Any] = {"max_batch": 16, "max_wait_ms": 50.0, "max_queue": 256, "max_inputs": 64,
                            "max_body": 8 * 2**20}
 

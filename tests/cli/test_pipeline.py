@@ -184,3 +184,25 @@ def test_a_pipeline_refuses_what_its_model_cannot_do_and_bad_options(runs):
         aiayn.pipeline(runs["detect"]).detect("cells.png")
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         aiayn.pipeline(runs["mlm"]).embed(["a text"], batch_size=0)
+
+
+def test_dtype_casts_a_decoding_model_and_refuses_what_it_cannot(runs, inputs, capsys):
+    from aiayn.pipelines.lm import load_lm_run
+
+    p = aiayn.pipeline(runs["lm"], device="cpu", dtype="bfloat16")
+    assert {t.dtype for t in p.model.parameters()} == {torch.bfloat16}
+    model, _ = load_lm_run(runs["lm"], device="cpu")
+    tok = p.parts["tok"]
+    prompt = tok.encode("1 May")
+    by_hand = aiayn.decoding.sample(model.to(torch.bfloat16), [prompt], 8, temperature=0, eos_id=tok.eos_id)[0]
+    assert p.generate("1 May", max_new_tokens=8, do_sample=False) == tok.decode(by_hand[len(prompt):])
+    run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:2]]
+    half = aiayn.pipeline(run, dtype=torch.float16)
+    assert printed(capsys, "translate", "--run", run, "--dtype", "float16", *texts).splitlines() == [
+        f"{s} -> {h}" for s, h in zip(texts, half.translate(texts))]
+    with pytest.raises(ValueError, match="dtype='bfloat16' is for text-generation and translation"):
+        aiayn.pipeline(runs["mlm"], dtype="bfloat16")
+    with pytest.raises(ValueError, match="int8 weights compute in float32"):
+        aiayn.pipeline(runs["lm"], quantize="int8", dtype="bfloat16")
+    with pytest.raises(ValueError, match="must be one of"):
+        aiayn.pipeline(runs["lm"], dtype="float8")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from aiayn import __version__
+from aiayn.defaults import DTYPES
 from aiayn.defaults import TEXT_GENERATION as LM
 from aiayn.viz.files import WHATS
 
@@ -41,6 +42,8 @@ class _Parser(argparse.ArgumentParser):
 DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
 FORCE_HELP = "replace OUT when it already holds files (refused otherwise; the old folder goes once the new is in)"
 INT8_HELP = "int8 weights on the CPU (every Linear and token table; faster, a quarter of the memory)"
+DTYPE_HELP = ("the weights' dtype (default: as saved, float32); half precision runs flash attention on a GPU and "
+              "pays on a CPU only where it has bfloat16 units")
 COMPILE_HELP = ("decode over a static cache with a torch.compile'd step: the same text; the first call of a batch "
                 "shape waits for the compiler (pays on small models and long outputs: docs/benchmarks.md)")
 
@@ -61,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--device", default=None, help=DEVICE_HELP)
     tr.add_argument("--int8", action="store_true", help=INT8_HELP)
     tr.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    tr.add_argument("--dtype", choices=DTYPES, default=None, help=DTYPE_HELP)
     tr.add_argument("text", nargs="*", help="sentences to translate; none: the lines of --input, else of standard "
                                             "input")
     _batch_flags(tr, "one translation per line")
@@ -110,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default=None, help=DEVICE_HELP)
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
     g.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    g.add_argument("--dtype", choices=DTYPES, default=None, help=DTYPE_HELP)
     _batch_flags(g, "JSON lines {prompt, text}; one prompt a line of --input, generated one after another",
                  batch_size=False)
 
@@ -311,6 +316,13 @@ def _run_on(args: argparse.Namespace) -> dict[str, Any]:
     return {"device": args.device, "quantize": "int8" if args.int8 else None}
 
 
+def _cast(model: Any, args: argparse.Namespace) -> None:
+    """The model cast to ``--dtype`` (:func:`aiayn.pipelines.loading.to_dtype`), in place."""
+    from aiayn.pipelines.loading import to_dtype
+
+    to_dtype(model, args.dtype, "int8" if args.int8 else None)
+
+
 def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str) -> None:
     for name in names:
         if getattr(args, name) <= 0:
@@ -339,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             texts = _texts(parser, args, args.text)
             p = _pipeline("translate", args.run, _run_on(args))
             p.compile = args.compile
+            _cast(p.model, args)
             show = args.output is not None or args.input is not None
             hyps = [h for b in _batches(texts, args.batch_size, show)
                     for h in p.translate(b, beam=args.beam, num_return_sequences=args.n_best)]
@@ -370,13 +383,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.input is None and args.output is None:  # one prompt, streamed
                 from aiayn.pipelines.lm import generate
 
-                print_stream(generate(args.run, args.prompt, compile=args.compile, **options, **_run_on(args)))
+                print_stream(generate(args.run, args.prompt, compile=args.compile, dtype=args.dtype, **options,
+                                      **_run_on(args)))
                 return 0
             if args.input is not None and args.prompt:
                 parser.error("give one --prompt or --input FILE of prompts, not both")
             prompts = _texts(parser, args, [] if args.input is not None else [args.prompt])
             p = _pipeline("generate", args.run, _run_on(args))
             p.compile = args.compile
+            _cast(p.model, args)
             rows = [{"prompt": prompt, "text": p.generate(prompt, **options)}
                     for batch in _batches(prompts, 1, show=True, unit="prompt") for prompt in batch]
             if args.output is not None:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli import DEVICE_HELP, INT8_HELP
-from aiayn.defaults import SERVING
+from aiayn.cli import DEVICE_HELP, DTYPE_HELP, INT8_HELP
+from aiayn.defaults import DTYPES, SERVING
 
 MISSING = "aiayn serve needs Starlette and uvicorn: pip install 'aiayn[serve]'"
 
@@ -28,6 +28,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one, printed)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
+    p.add_argument("--dtype", choices=DTYPES, default=None, help=DTYPE_HELP)
     p.add_argument("--compile", action="store_true", help="a language model decodes over a static cache of "
                    "--max-batch slots with a torch.compile'd step, compiled before the server listens")
     p.add_argument("--max-batch", type=int, default=SERVING["max_batch"],
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     fix_mmap_threshold()  # before the model's tensors: resident memory stays flat under load
 
     pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
-                          compile=args.compile)
+                          compile=args.compile, dtype=args.dtype)
     settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs)
     app = make_app(pipe, settings)

@@ -233,7 +233,8 @@ class Pipeline:
 
 def pipeline(source: str | os.PathLike | None = None, device: str | torch.device | None = None,
              quantize: str | None = None, weights: str | os.PathLike | None = None, *, task: str | None = None,
-             model: str | os.PathLike | None = None, compile: bool = False) -> Pipeline:
+             model: str | os.PathLike | None = None, compile: bool = False,
+             dtype: str | torch.dtype | None = None) -> Pipeline:
     """Load the model of a run folder (``aiayn train``, ``aiayn convert``) or of a Hugging Face folder or model id
     (a GPT-2 with its ``tokenizer.json``, a Marian with its SentencePiece files, a BERT) once, for many calls.
 
@@ -248,6 +249,9 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         model: the folder or model id, when the first argument names the task.
         compile: a language model or a translation model decodes over a static cache with a compiled step
             (greedy, sampling and beams; the same text, faster once compiled: :mod:`aiayn.decoding.static`).
+        dtype: the weights' dtype (``"bfloat16"``, ``"float16"``, ``"float32"``; default as saved), for a
+            language model or a translation model (:func:`aiayn.pipelines.loading.to_dtype`): on a GPU half
+            precision runs flash attention; on a CPU it pays only where the CPU has bfloat16 units.
 
     Raises:
         FileNotFoundError: ``source`` holds no model.
@@ -266,6 +270,12 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
     p = _load(source, device, quantize, weights)
     if task is not None and task != p.task:
         raise ValueError(f"task={task!r}, but {p.source} holds a {type(p.model).__name__}, a {p.task} model")
+    from aiayn.pipelines.loading import DTYPE_TASKS, to_dtype
+
+    if dtype is not None and p.task not in DTYPE_TASKS:
+        raise ValueError(f"dtype={dtype!r} is for {' and '.join(DTYPE_TASKS)} models; {p.source} holds a {p.task} "
+                         f"model, which runs as saved")
+    to_dtype(p.model, dtype, quantize)
     if compile and p.task not in ("text-generation", "translation"):
         raise ValueError(f"compile=True compiles decoding (text-generation, translation); {p.source} holds a "
                          f"{p.task} model")

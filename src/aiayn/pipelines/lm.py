@@ -25,7 +25,7 @@ from aiayn.decoding.generate import sampling_options
 from aiayn.decoding.processing import Processing
 from aiayn.defaults import TEXT_GENERATION
 from aiayn.models.gpt import GPT
-from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids
+from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids, to_dtype
 from aiayn.training import device as devices
 
 DEFAULTS = TEXT_GENERATION  # transformers' pipeline("text-generation") defaults (aiayn.defaults)
@@ -105,15 +105,17 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
 
 
 def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device | None = None,
-             quantize: str | None = None, **options: Any) -> Iterator[str]:
+             quantize: str | None = None, dtype: str | torch.dtype | None = None, **options: Any) -> Iterator[str]:
     """Yield the continuation of ``prompt`` piece by piece as the model makes it (for streaming), until
     ``max_new_tokens``, the end-of-text token or a ``stop`` string (not yielded).
 
     Args:
         options: :func:`stream_text`'s (``transformers``' names; the defaults of :data:`DEFAULTS`).
         device, quantize: as :func:`load_lm_run`'s (default: a GPU when there is one, else the CPU; float32).
+        dtype: the weights' dtype (:func:`aiayn.pipelines.loading.to_dtype`; default as saved).
     """
     model, tok = load_lm_run(run, device=device, quantize=quantize)
+    to_dtype(model, dtype, quantize)
     yield from stream_text(model, tok, prompt, **options)
 
 

@@ -16,10 +16,33 @@ import torch
 from torch import nn
 
 import aiayn
+from aiayn.defaults import DTYPES as DTYPE_NAMES
 from aiayn.training import device as devices
 from aiayn.training.checkpoint import weights_path
 
 QUANTIZE = (None, "int8")  # what `quantize` may be: float32 as saved, or int8 weights (CPU)
+# what `dtype` may be: float32 as saved, or half precision (on a GPU: flash attention's kernels; on a CPU without
+# bfloat16 units ~150x slower than float32, measured: the default stays as saved)
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
+DTYPE_TASKS = ("text-generation", "translation")  # those whose inputs are ids: images stay float32
+
+
+def to_dtype(model: nn.Module, dtype: str | torch.dtype | None, quantize: str | None = None) -> nn.Module:
+    """``model`` with its weights cast to ``dtype`` (a name of :data:`DTYPES` or a ``torch.dtype``), in place;
+    ``None`` leaves it as saved.
+
+    Raises:
+        ValueError: another dtype, or a half precision asked for together with int8 weights.
+    """
+    if dtype is None:
+        return model
+    names = {v: k for k, v in DTYPES.items()}
+    name = dtype if isinstance(dtype, str) else names.get(dtype)
+    if name not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} must be one of {sorted(DTYPES)}")
+    if quantize is not None and name != "float32":
+        raise ValueError(f"dtype={name!r} with quantize={quantize!r}: int8 weights compute in float32")
+    return model.to(DTYPES[name])
 
 
 def ready(model: nn.Module, device: str | torch.device | None = None, quantize: str | None = None) -> nn.Module:
