@@ -125,11 +125,16 @@ def _parser() -> argparse.ArgumentParser:
     cv.add_argument("--revision", default=None, help="a model id's branch, tag or commit (DETR: no_timm)")
     cv.add_argument("--force", action="store_true", help=FORCE_HELP)
 
-    ex = sub.add_parser("export", help="a run -> a Hugging Face folder (transformers' from_pretrained opens it) or "
-                                       "ONNX graphs (onnxruntime runs them)")
+    ex = sub.add_parser("export", help="a run -> a Hugging Face folder (transformers' from_pretrained opens it), "
+                                       "ONNX graphs (onnxruntime runs them) or a CTranslate2 model")
     ex.add_argument("run", help="a run folder or checkpoint")
-    ex.add_argument("--to", choices=["hf", "onnx"], required=True, help="hf: config.json, model.safetensors, "
-                    "tokenizer files and a model card; onnx: the graphs (needs the export extra)")
+    ex.add_argument("--to", choices=["hf", "onnx", "ctranslate2"], required=True, help="hf: config.json, "
+                    "model.safetensors, tokenizer files and a model card; onnx: the graphs (needs the export extra); "
+                    "ctranslate2: model.bin, its vocabulary and the tokenizer files, made by CTranslate2's converter "
+                    "(needs the ctranslate2 extra)")
+    ex.add_argument("--quantization", default=None, metavar="TYPE",
+                    help="--to ctranslate2 only: the weights' type (int8, int8_float16, float16, bfloat16, ...; "
+                         "default float32, as trained)")
     ex.add_argument("out", help="the folder to write")
     ex.add_argument("--force", action="store_true", help=FORCE_HELP)
 
@@ -408,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "export":
             from aiayn.convert.folder import export
 
-            out = export(args.run, args.out, args.to, force=args.force)
+            out = export(args.run, args.out, args.to, force=args.force, quantization=args.quantization)
             print(f"exported into {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
         elif args.command == "detect":
             from aiayn.pipelines.detect import detect

@@ -11,7 +11,9 @@
 
 :func:`export`: a run folder -> a Hugging Face folder (``aiayn export RUN --to hf OUT``) that
 ``transformers``' ``from_pretrained`` opens, or ONNX graphs with the same tokenizer files (``--to onnx``,
-:func:`aiayn.convert.onnx.to_onnx`):
+:func:`aiayn.convert.onnx.to_onnx`), or a CTranslate2 model made by CTranslate2's own converter from the Hugging
+Face folder, written into a temporary folder first, with the same tokenizer files (``--to ctranslate2``,
+:func:`aiayn.convert.ctranslate2.to_ctranslate2`; a GPT or an encoder-decoder Transformer):
 
     RUN/model.safetensors      -> OUT/config.json + model.safetensors   (:func:`aiayn.convert.to_hf.to_hf`)
     RUN/tokenizer.json         -> OUT/tokenizer.json + tokenizer_config.json (its special tokens; a language
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -178,37 +181,60 @@ def _checked_marian_tokenizers(folder: Path, cfg) -> tuple[SentencePieceTokenize
     return src_tok, tgt_tok
 
 
-TARGETS = ("hf", "onnx")
+TARGETS = ("hf", "onnx", "ctranslate2")
 SPM_FILES = ("source.spm", "target.spm", "vocab.json", "target_vocab.json")
 
 
-def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force: bool = False) -> Path:
+def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force: bool = False,
+           quantization: str | None = None) -> Path:
     """Write the run folder (or checkpoint) ``run`` as a Hugging Face folder (``to="hf"``: weights, config,
-    tokenizer files, a model card) or as ONNX graphs (``to="onnx"``, :func:`aiayn.convert.onnx.to_onnx`).
+    tokenizer files, a model card), as ONNX graphs (``to="onnx"``, :func:`aiayn.convert.onnx.to_onnx`) or as a
+    CTranslate2 model (``to="ctranslate2"``, :func:`aiayn.convert.ctranslate2.to_ctranslate2` of the Hugging Face
+    folder, which is written into a temporary folder beside ``out`` and removed after).
 
     Everything is written into a temporary folder beside ``out`` and renamed to ``out`` when all of it is
     written (:func:`_new_folder`): an export that fails leaves nothing behind.
 
     Args:
         force: replace an ``out`` that already holds files (the old folder goes only once the new one is in).
+        quantization: ``to="ctranslate2"`` only: the weights' type, one of
+            :data:`aiayn.convert.ctranslate2.QUANTIZATIONS` (``"int8"``, ``"float16"``, ...); ``None`` keeps
+            float32.
 
     Raises:
-        ValueError: an unknown ``to``; an ``out`` that holds files (without ``force``), is a file or a dangling
-            link; a ``run.json`` or ``classes.json`` that is not JSON; a model whose config Hugging Face cannot
-            express (naming the field).
+        ValueError: an unknown ``to``; a ``quantization`` with another ``to`` or not one CTranslate2 takes; an
+            ``out`` that holds files (without ``force``), is a file or a dangling link; a ``run.json`` or
+            ``classes.json`` that is not JSON; a model whose config Hugging Face cannot express (naming the field);
+            for CTranslate2, a model of a family that does not generate text (naming it), checked before anything
+            is written.
+        ImportError: ``to="onnx"`` or ``"ctranslate2"`` without its optional dependency (naming the extra).
     """
     if to not in TARGETS:
         raise ValueError(f"to={to!r}: expected one of {TARGETS}")
+    if quantization is not None and to != "ctranslate2":
+        raise ValueError(f"quantization={quantization!r} is for to='ctranslate2'; to={to!r} writes the weights as "
+                         f"they are")
     run, out = Path(run), Path(out)
     folder = run.parent if run.suffix == ".safetensors" else run
     _check_out(out, force, source=folder)
     model = aiayn.load(run)
+    if to == "ctranslate2":
+        from aiayn.convert.ctranslate2 import check_convertible
+
+        check_convertible(model, quantization)
     with _new_folder(out, force) as tmp:
         if to == "onnx":
             from aiayn.convert.onnx import to_onnx
 
             to_onnx(model, tmp)
             _copy_tokenizers(folder, tmp, left=_generates(model))
+        elif to == "ctranslate2":
+            from aiayn.convert.ctranslate2 import to_ctranslate2
+
+            # beside the new folder (one file system; on failure _new_folder's clean-up and this one remove both)
+            with tempfile.TemporaryDirectory(prefix=f"{tmp.name}.hf-", dir=tmp.parent) as hf:
+                _to_hf_folder(model, folder, Path(hf))
+                to_ctranslate2(hf, tmp, quantization)
         else:
             _to_hf_folder(model, folder, tmp)
     return out

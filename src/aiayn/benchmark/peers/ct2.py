@@ -2,7 +2,8 @@
 
 CTranslate2 (OpenNMT's C++ inference engine) converts a checkpoint folder that holds a tokenizer; the cases have
 neither, only a randomly initialised ``transformers`` model. Its converters' loaders take the model and any
-object that answers the few questions they ask a tokenizer, so :class:`Vocabulary` answers them for ids named
+object that answers the few questions they ask a tokenizer, so :class:`~aiayn.convert.ctranslate2.Vocabulary`
+(shared with ``aiayn export --to ctranslate2``, as the encoder-decoders' loader is) answers them for ids named
 by their number, and the converted model goes through a temporary folder:
 
     hf model --loader(hf, Vocabulary)--> spec --validate, optimize("float32" | "int8")--> folder
@@ -18,13 +19,13 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from aiayn.benchmark.harness import Unavailable
+from aiayn.convert.ctranslate2 import EncoderDecoderLoader, Vocabulary
 
 PRECISIONS = ("float32", "int8")  # CTranslate2's weight quantization and compute type, by the same name
 
@@ -45,45 +46,6 @@ def require() -> Any:
 def version() -> str:
     """The installed CTranslate2's version."""
     return str(require().__version__)
-
-
-class Vocabulary:
-    """Token names for a model without a tokenizer: id ``i`` is ``str(i)`` unless ``specials`` names it.
-
-    Answers what CTranslate2's loaders ask of a tokenizer (``get_vocab``, ``convert_ids_to_tokens`` and the
-    ``bos``/``eos``/``unk`` tokens). The cases' models have no unknown token; CTranslate2 needs one named and
-    uses it only to disable or replace unknown words, which the cases do not ask for, so it is the end token.
-
-    Args:
-        size: the vocabulary size ``V``.
-        specials: names of the special ids, e.g. ``{0: "<pad>", 1: "<s>", 2: "</s>"}``.
-        bos: the start token's id; ``eos``: the end token's id.
-    """
-
-    def __init__(self, size: int, specials: dict[int, str], bos: int, eos: int) -> None:
-        for i in (*specials, bos, eos):
-            if not 0 <= i < size:
-                raise ValueError(f"special id {i} is outside the vocabulary [0, {size})")
-        self.names = [specials.get(i, str(i)) for i in range(size)]
-        if len(set(self.names)) != size:
-            raise ValueError(f"specials {specials} repeat a name of another id")
-        self._index = {name: i for i, name in enumerate(self.names)}
-        self.bos_token, self.eos_token = self.names[bos], self.names[eos]
-        self.unk_token = self.eos_token
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._index)
-
-    def convert_ids_to_tokens(self, i: int) -> str:
-        return self.names[i]
-
-    def tokens(self, ids: Tensor) -> list[list[str]]:
-        """``(B, T)`` ids -> ``B`` lists of ``T`` token names, as CTranslate2 takes a batch."""
-        return [[self.names[i] for i in row] for row in ids.tolist()]
-
-    def ids(self, tokens: Sequence[Sequence[str]]) -> Tensor:
-        """``B`` lists of ``T`` token names -> ``(B, T)`` ids (every row the same length)."""
-        return torch.tensor([[self._index[t] for t in row] for row in tokens], dtype=torch.long)
 
 
 def _check(precision: str) -> None:
@@ -131,28 +93,19 @@ def translator(hf: Any, vocab: Vocabulary, precision: str = "float32") -> Any:
     """A ``ctranslate2.Translator`` holding the weights of ``hf``, a ``transformers.MarianMTModel``.
 
     CTranslate2's own Marian loader assumes the layout of the Marian checkpoints (padding the last id, the
-    decoder starting from it as a zero vector); the cases' model pads with id 0 and starts from ``<s>``, so
-    this takes the BART loader it builds on, told what Marian is (post-norm, no norm after the embeddings):
-    the decoder then starts from the embedding of ``decoder_start_token_id``, as ``MarianMTModel.generate``
-    does, and ``final_logits_bias`` becomes the output projection's bias.
+    decoder starting from it as a zero vector); the cases' model pads with id 0 and starts from ``<s>``, so this
+    takes :class:`aiayn.convert.ctranslate2.EncoderDecoderLoader`, as ``aiayn export --to ctranslate2`` does: the
+    decoder starts from the embedding of ``decoder_start_token_id``, as ``MarianMTModel.generate`` does,
+    ``final_logits_bias`` becomes the output projection's bias, and ``<pad>`` is never generated, as in ours.
 
     Args:
-        hf: the model (its weights are copied; its config gets two attributes for the loader, then loses them).
+        hf: the model (its weights are copied; it is left as it was).
         vocab: names for its ids.
         precision: ``"float32"`` or ``"int8"``.
     """
     _check(precision)
     require()
-    from ctranslate2.converters.transformers import BartLoader
-
-    config = hf.config
-    config.normalize_before, config.normalize_embedding = False, False  # what BartLoader reads off a BART config
-    try:
-        with torch.no_grad():
-            spec = BartLoader()(hf, vocab)
-    finally:
-        del config.normalize_before, config.normalize_embedding
-    return _load(spec, precision, "Translator")
+    return _load(EncoderDecoderLoader("marian")(hf, vocab), precision, "Translator")
 
 
 __all__ = ["PRECISIONS", "Vocabulary", "generator", "require", "translator", "version"]
