@@ -39,8 +39,13 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     decode-beam-ct2              decode-beam's work, length penalty 0.6        MarianMTModel.generate,      ct2
                                                                                ctranslate2.Translator
     decode-beam-ct2-int8         the same in int8                              ctranslate2.Translator       ct2
+    gpt2-generate-ct2-compiled   gpt2-generate-ct2's work, our step compiled   ours eager, the same peers   ct2
+    decode-greedy-ct2-compiled   decode-greedy-ct2's work, compiled            the same                     ct2
+    decode-beam-ct2-compiled     decode-beam-ct2's work, compiled              the same                     ct2
     decode-greedy-ort            decode-greedy's work                          ours in ONNX, onnxruntime    ort
     gpt2-generate-ort            gpt2-generate's work                          ours in ONNX, onnxruntime    ort
+    decode-greedy-ort-compiled   decode-greedy-ort's work, our step compiled   ours eager, onnxruntime      ort
+    gpt2-generate-ort-compiled   gpt2-generate-ort's work, our step compiled   the same                     ort
 
 Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf`` (the Llama cases go the other
 way: ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder); the
@@ -83,8 +88,13 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "decode-greedy-ct2-int8": ct2.decode_greedy_ct2_int8,
     "decode-beam-ct2": ct2.decode_beam_ct2,
     "decode-beam-ct2-int8": ct2.decode_beam_ct2_int8,
+    "gpt2-generate-ct2-compiled": ct2.gpt2_generate_ct2_compiled,
+    "decode-greedy-ct2-compiled": ct2.decode_greedy_ct2_compiled,
+    "decode-beam-ct2-compiled": ct2.decode_beam_ct2_compiled,
     "decode-greedy-ort": ort.decode_greedy_ort,
     "gpt2-generate-ort": ort.gpt2_generate_ort,
+    "decode-greedy-ort-compiled": ort.decode_greedy_ort_compiled,
+    "gpt2-generate-ort-compiled": ort.gpt2_generate_ort_compiled,
 }
 
 __all__ = ["CASES"]

@@ -7,6 +7,8 @@ int8 on the CPU.
     llama-124m-generate[-b16]-ct2     llama-124m-generate[-b16]'s work     ctranslate2.Generator
     decode-greedy-ct2[-int8]          decode-greedy's work                 ctranslate2.Translator
     decode-beam-ct2[-int8]            decode-beam's work, length penalty 0.6
+    gpt2-generate-ct2-compiled, decode-greedy-ct2-compiled, decode-beam-ct2-compiled
+                                      the same at float32, ours compiled   ours eager, the float32 peers
 
 CTranslate2 is optional (``pip install "aiayn[bench]"``): without it, or off the CPU, a case raises
 :class:`~aiayn.benchmark.harness.Unavailable` and ``aiayn bench`` skips it, saying why. In int8 the tokens are not
@@ -18,6 +20,7 @@ Shapes: B batch, N new tokens.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -60,13 +63,16 @@ def agreeing_prefix(got: Tensor, expected: Tensor) -> float:
 
 
 def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Callable[[nn.Module], Tensor],
-                peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any]) -> Case:
+                peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any],
+                flops: float | None = None) -> Case:
     """A case of ours against CTranslate2 (and, at float32, Hugging Face) at ``precision``.
 
     Args:
         model: ours at float32; at ``"int8"`` the sides run :func:`aiayn.layers.int8.quantize` of it.
         ours: decodes with a model, giving the new tokens ``(B, N)``; every peer's ``run`` gives them too.
         unit_shape: ``(B, N)``: every side must take every step.
+        flops: of one unit, counted by the caller (a compiled side must not run under the FLOP counter: dynamo
+            would skip its compiled frame for good); ``None`` counts them on ours.
 
     At float32 every peer must give ours' tokens. In int8 rounding may flip a close choice, and a sequence
     goes its own way from there, so tokens are not required to agree: ``extra["agreement_with_float32"]``
@@ -85,7 +91,7 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
             checks[peer.name] = check
         sides = [Side("aiayn", lambda: ours(model)), *peers]
         return Case(name, what, sides, units=unit_shape[0] * unit_shape[1], unit="tokens", checks=checks,
-                    target=Target(1.0), extra=extra)
+                    target=Target(1.0), extra=extra, flops=flops)
 
     from aiayn.layers.int8 import quantize
 
@@ -107,7 +113,18 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
                 unit="tokens", checks=checks, target=Target(1.0), flops=flops, extra=extra)
 
 
-def gpt2_ct2(precision: str, quick: bool, device: torch.device) -> Case:
+def _compiled(name: str, ours: Callable[[nn.Module, bool], Tensor], model: nn.Module, peers: list[Side],
+              extra: dict[str, Any]) -> tuple[Callable[[nn.Module], Tensor], list[Side], float]:
+    """A ``-compiled`` case's parts: ours compiled (its first call, the compile, timed into ``extra``), ours eager
+    as the first peer, and the FLOPs counted on the eager side."""
+    start = time.perf_counter()
+    ours(model, True)
+    extra["first_call_s"] = round(time.perf_counter() - start, 1)
+    eager = Side("aiayn eager", lambda: ours(model, False))
+    return (lambda m: ours(m, True)), [eager, *peers], count_flops(lambda: ours(model, False))
+
+
+def gpt2_ct2(precision: str, quick: bool, device: torch.device, compile: bool = False) -> Case:
     """:func:`gpt2_generate`'s work against CTranslate2's ``Generator`` on the same weights (and at float32 also
     ``GPT2LMHeadModel.generate``). CTranslate2 gets ``end_token=[]``: no token ends its sequence, as ours has
     no ``eos_id`` and Hugging Face's config no end token, so every side takes every step and none changes a
@@ -121,8 +138,8 @@ def gpt2_ct2(precision: str, quick: bool, device: torch.device) -> Case:
     start, t = vocab.tokens(prompt), prompt.size(1)
     mask = torch.ones_like(prompt)
 
-    def run_ours(model: nn.Module) -> Tensor:
-        return cast(Tensor, sample(model, prompt, new, temperature=0))[:, t:]  # (1, N) a tensor prompt: a tensor
+    def generate(model: nn.Module, compiled: bool = False) -> Tensor:
+        return cast(Tensor, sample(model, prompt, new, temperature=0, compile=compiled))[:, t:]  # (1, N)
 
     def run_hf() -> Tensor:
         return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)[:, t:]
@@ -136,12 +153,17 @@ def gpt2_ct2(precision: str, quick: bool, device: torch.device) -> Case:
     peers = [Side("GPT2LMHeadModel.generate", run_hf), peer] if precision == "float32" else [peer]
     against = " and ".join(p.name for p in peers)
     words = "float32" if precision == "float32" else INT8_WORDS
-    what = (f"gpt2 ({millions(g.ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
-            f"{t}-token prompt, {new} new tokens, {words}, against {against} (CTranslate2 {ct2.version()}, "
-            f"{threads()}) on the same weights; no side has an end token")
-    name = "gpt2-generate-ct2" + ("" if precision == "float32" else "-int8")
-    return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new),
-                       {"prompt_tokens": t, "ctranslate2": ct2.version()})
+    extra: dict[str, Any] = {"prompt_tokens": t, "ctranslate2": ct2.version()}
+    run_ours: Callable[[nn.Module], Tensor] = generate
+    flops = None
+    if compile:
+        run_ours, peers, flops = _compiled("gpt2-generate-ct2-compiled", generate, g.ours, peers, extra)
+    how = "over a static cache, the step compiled" if compile else "with the KV cache"
+    what = (f"gpt2 ({millions(g.ours)} parameters, random weights) greedy generation {how}, batch 1, "
+            f"{t}-token prompt, {new} new tokens, {words}, against {'our eager decoding, ' if compile else ''}"
+            f"{against} (CTranslate2 {ct2.version()}, {threads()}) on the same weights; no side has an end token")
+    name = "gpt2-generate-ct2" + ("" if precision == "float32" else "-int8") + ("-compiled" if compile else "")
+    return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new), extra, flops)
 
 
 def llama_ct2(batch: int, quick: bool, device: torch.device) -> Case:
@@ -186,7 +208,8 @@ def llama_124m_generate_b16_ct2(quick: bool, device: torch.device) -> Case:
     return llama_ct2(16, quick, device)
 
 
-def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: torch.device) -> Case:
+def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: torch.device,
+                    compile: bool = False) -> Case:
     """:func:`translation_decoding`'s work against CTranslate2's ``Translator`` on the same weights (and at
     float32 also ``MarianMTModel.generate``); beam search ranks by ``logprob / len ** 0.6`` on every side (every
     hypothesis has ``N`` tokens, so the ranking is by log-prob whatever the penalty)."""
@@ -198,8 +221,8 @@ def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: t
     translator = ct2.translator(tr.hf, vocab, precision)
     source = vocab.tokens(src)
 
-    def run_ours(model: nn.Module) -> Tensor:
-        return decode(model, src, beam, new, CT2_LENGTH_PENALTY)
+    def translate(model: nn.Module, compiled: bool = False) -> Tensor:
+        return decode(model, src, beam, new, CT2_LENGTH_PENALTY, compile=compiled)
 
     def run_hf() -> Tensor:
         return generate_marian(tr.hf, src, beam, new, CT2_LENGTH_PENALTY)
@@ -214,12 +237,18 @@ def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: t
     how = "greedy decoding" if beam == 1 else f"beam search (beam {beam}, length penalty {CT2_LENGTH_PENALTY})"
     against = " and ".join(p.name for p in peers)
     words = "float32" if precision == "float32" else INT8_WORDS
-    what = (f"translation, {how} with our KV cache, {words}, against {against} (CTranslate2 {ct2.version()}, "
-            f"{threads()}) on the same weights ({describe(cfg)}), batch {src.size(0)} sources "
-            f"of {src.size(1)} tokens, {new} tokens generated per sentence (end of sentence blocked on every side)")
-    return against_ct2(name, what, precision, tr.ours, run_ours, peers, (src.size(0), new),
-                       {"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0), "source_length": src.size(1),
-                        "beam": beam, "ctranslate2": ct2.version()})
+    extra: dict[str, Any] = {"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0),
+                             "source_length": src.size(1), "beam": beam, "ctranslate2": ct2.version()}
+    run_ours: Callable[[nn.Module], Tensor] = translate
+    flops = None
+    if compile:
+        run_ours, peers, flops = _compiled(name, translate, tr.ours, peers, extra)
+    cache = "over a static cache, the step compiled" if compile else "with our KV cache"
+    what = (f"translation, {how} {cache}, {words}, against {'our eager decoding, ' if compile else ''}{against} "
+            f"(CTranslate2 {ct2.version()}, {threads()}) on the same weights ({describe(cfg)}), batch {src.size(0)} "
+            f"sources of {src.size(1)} tokens, {new} tokens generated per sentence (end of sentence blocked on every "
+            f"side)")
+    return against_ct2(name, what, precision, tr.ours, run_ours, peers, (src.size(0), new), extra, flops)
 
 
 def gpt2_generate_ct2(quick: bool, device: torch.device) -> Case:
@@ -246,7 +275,20 @@ def decode_beam_ct2_int8(quick: bool, device: torch.device) -> Case:
     return translation_ct2("decode-beam-ct2-int8", 4, "int8", quick, device)
 
 
+def gpt2_generate_ct2_compiled(quick: bool, device: torch.device) -> Case:
+    return gpt2_ct2("float32", quick, device, compile=True)
+
+
+def decode_greedy_ct2_compiled(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-greedy-ct2-compiled", 1, "float32", quick, device, compile=True)
+
+
+def decode_beam_ct2_compiled(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-beam-ct2-compiled", 4, "float32", quick, device, compile=True)
+
+
 __all__ = ["CT2_LENGTH_PENALTY", "against_ct2", "agreeing_prefix", "agreement", "decode_beam_ct2",
-           "decode_beam_ct2_int8", "decode_greedy_ct2", "decode_greedy_ct2_int8", "gpt2_ct2", "gpt2_generate_ct2",
+           "decode_beam_ct2_compiled", "decode_beam_ct2_int8", "decode_greedy_ct2", "decode_greedy_ct2_compiled",
+           "decode_greedy_ct2_int8", "gpt2_ct2", "gpt2_generate_ct2", "gpt2_generate_ct2_compiled",
            "gpt2_generate_ct2_int8", "llama_124m_generate_b16_ct2", "llama_124m_generate_ct2", "llama_ct2",
            "translation_ct2"]

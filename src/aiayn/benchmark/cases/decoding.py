@@ -52,12 +52,14 @@ def translation(quick: bool, device: torch.device) -> Translation:
     return Translation(cfg, hf.to(device), ours.to(device), src.to(device), new)
 
 
-def decode(model: nn.Module, src: Tensor, beam: int, new: int, length_penalty: float) -> Tensor:
+def decode(model: nn.Module, src: Tensor, beam: int, new: int, length_penalty: float, compile: bool = False) -> Tensor:
     """Ours: ``new`` tokens per sentence ``(B, N)``, greedy for ``beam=1``, else beam search ranking by
-    ``logprob / len ** length_penalty`` (Hugging Face's and CTranslate2's normalisation)."""
+    ``logprob / len ** length_penalty`` (Hugging Face's and CTranslate2's normalisation); ``compile``: over the
+    static cache, the step compiled (:mod:`aiayn.decoding.static`)."""
     if beam == 1:
-        return greedy(model, src, max_len=new)
-    ids = beam_search(model, src, beam=beam, length_penalty=length_penalty, max_len=new, normalize="length")
+        return greedy(model, src, max_len=new, compile=compile)
+    ids = beam_search(model, src, beam=beam, length_penalty=length_penalty, max_len=new, normalize="length",
+                      compile=compile)
     return cast(Tensor, ids)  # the tokens alone: no return_scores
 
 

@@ -3,6 +3,8 @@
 
     decode-greedy-ort    decode-greedy's work    ours in ONNX (OnnxSeq2Seq), onnxruntime
     gpt2-generate-ort    gpt2-generate's work    ours in ONNX (OnnxGPT), onnxruntime
+    decode-greedy-ort-compiled, gpt2-generate-ort-compiled
+                         the same, ours compiled (:mod:`aiayn.decoding.static`), against ours eager too
 
 onnxruntime is optional, as CTranslate2 is (``pip install "aiayn[bench]"``): without it, or off the CPU, a case
 raises :class:`~aiayn.benchmark.harness.Unavailable` and ``aiayn bench`` skips it, saying why.
@@ -13,6 +15,8 @@ Shapes: B batch, N new tokens.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -21,7 +25,7 @@ from torch import Tensor
 from aiayn.benchmark.cases.common import describe, millions, same, threads
 from aiayn.benchmark.cases.decoding import translation
 from aiayn.benchmark.cases.generation import generation
-from aiayn.benchmark.harness import Case, Side, Target, Unavailable
+from aiayn.benchmark.harness import Case, Side, Target, Unavailable, count_flops
 from aiayn.decoding import greedy, sample
 
 
@@ -47,7 +51,21 @@ def _ort_words(ort: Any, peer: Any) -> str:
             f"loop around one session run per step, the cache going in and out of each run as past/present tensors)")
 
 
-def decode_greedy_ort(quick: bool, device: torch.device) -> Case:
+def _sides(name: str, ours: Callable[[bool], Tensor], peer: Side, compile: bool, extra: dict[str, Any]
+           ) -> tuple[str, list[Side], float | None]:
+    """A case's name, sides and FLOPs: ours then ``peer``; compiled, ours compiled (its first call, the compile,
+    timed into ``extra``), then ours eager, then ``peer``, the FLOPs counted on the eager side (dynamo skips a
+    compiled frame run under the FLOP counter for good)."""
+    if not compile:
+        return name, [Side("aiayn", lambda: ours(False)), peer], None
+    start = time.perf_counter()
+    ours(True)
+    extra["first_call_s"] = round(time.perf_counter() - start, 1)
+    sides = [Side("aiayn", lambda: ours(True)), Side("aiayn eager", lambda: ours(False)), peer]
+    return f"{name}-compiled", sides, count_flops(lambda: ours(False))
+
+
+def decode_greedy_ort(quick: bool, device: torch.device, compile: bool = False) -> Case:
     """:func:`translation_decoding`'s greedy work against the same model exported to ONNX and decoded greedily
     through onnxruntime (:class:`~aiayn.convert.onnx.OnnxSeq2Seq`): the same steps, ``pad_id`` never chosen, rows
     leaving the batch at ``</s>`` (which the case's logits bias keeps from ever coming)."""
@@ -56,26 +74,32 @@ def decode_greedy_ort(quick: bool, device: torch.device) -> Case:
     cfg, src, new = tr.cfg, tr.src, tr.new
     peer = ort.seq2seq(tr.ours)
 
-    def run_ours() -> Tensor:
-        return greedy(tr.ours, src, max_len=new)
+    def run_ours(compiled: bool) -> Tensor:
+        return greedy(tr.ours, src, max_len=new, compile=compiled)
 
     def run_ort() -> Tensor:
         return peer.greedy(src, max_len=new)
 
-    got, expected = run_ort(), run_ours()
+    got, expected = run_ort(), run_ours(False)
     check = same(f"generated ids, {new} tokens per sentence on both sides", got, expected)
     check["ok"] = check["ok"] and got.shape == (src.size(0), new)
-    what = (f"translation, greedy decoding with our KV cache, float32, against the same weights "
-            f"({describe(cfg)}) {_ort_words(ort, peer)}, batch {src.size(0)} sources of {src.size(1)} tokens, "
-            f"{new} tokens generated per sentence (end of sentence blocked on both sides)")
-    return Case("decode-greedy-ort", what, [Side("aiayn", run_ours), Side("onnxruntime", run_ort, torch_memory=False)],
-                units=src.size(0) * new, unit="tokens", checks={"onnxruntime": check}, target=Target(1.0),
-                extra={"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0), "source_length": src.size(1),
-                       "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
-                       "exporter": peer.spec["exporter"]})
+    extra = {"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0), "source_length": src.size(1),
+             "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
+             "exporter": peer.spec["exporter"]}
+    name, sides, flops = _sides("decode-greedy-ort", run_ours, Side("onnxruntime", run_ort, torch_memory=False),
+                                compile, extra)
+    checks = {"onnxruntime": check}
+    if compile:
+        checks["aiayn eager"] = same(f"generated ids, {new} tokens per sentence", run_ours(True), expected)
+    how = "over a static cache, the step compiled" if compile else "with our KV cache"
+    what = (f"translation, greedy decoding {how}, float32, against {'our eager decoding and ' if compile else ''}"
+            f"the same weights ({describe(cfg)}) {_ort_words(ort, peer)}, batch {src.size(0)} sources of "
+            f"{src.size(1)} tokens, {new} tokens generated per sentence (end of sentence blocked on both sides)")
+    return Case(name, what, sides, units=src.size(0) * new, unit="tokens", checks=checks, target=Target(1.0),
+                flops=flops, extra=extra)
 
 
-def gpt2_generate_ort(quick: bool, device: torch.device) -> Case:
+def gpt2_generate_ort(quick: bool, device: torch.device, compile: bool = False) -> Case:
     """:func:`gpt2_generate`'s work against the same model exported to ONNX and generating greedily through
     onnxruntime (:class:`~aiayn.convert.onnx.OnnxGPT`): one graph runs the prompt (on an empty past) and every
     step after it. No side has an end token, so both take every step."""
@@ -85,22 +109,36 @@ def gpt2_generate_ort(quick: bool, device: torch.device) -> Case:
     t = prompt.size(1)
     peer = ort.gpt(ours)
 
-    def run_ours() -> Tensor:
-        return cast(Tensor, sample(ours, prompt, new, temperature=0))[:, t:]  # (1, N) a tensor prompt: a tensor
+    def run_ours(compiled: bool) -> Tensor:
+        return cast(Tensor, sample(ours, prompt, new, temperature=0, compile=compiled))[:, t:]  # (1, N)
 
     def run_ort() -> Tensor:
         return peer.generate(prompt, max_new_tokens=new)[:, t:]  # (1, N)
 
-    got, expected = run_ort(), run_ours()
+    got, expected = run_ort(), run_ours(False)
     check = same(f"generated ids, {new} tokens on both sides", got, expected)
     check["ok"] = check["ok"] and got.shape == (1, new)
-    what = (f"gpt2 ({millions(ours)} parameters, random weights) greedy generation with the KV cache, batch 1, "
-            f"{t}-token prompt, {new} new tokens, float32, against the same weights {_ort_words(ort, peer)}; no "
-            f"side has an end token")
-    return Case("gpt2-generate-ort", what, [Side("aiayn", run_ours), Side("onnxruntime", run_ort, torch_memory=False)],
-                units=new, unit="tokens", checks={"onnxruntime": check}, target=Target(1.0),
-                extra={"prompt_tokens": t, "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
-                       "exporter": peer.spec["exporter"]})
+    extra = {"prompt_tokens": t, "new_tokens": new, "onnxruntime": ort.version(), "opset": _opset(peer),
+             "exporter": peer.spec["exporter"]}
+    name, sides, flops = _sides("gpt2-generate-ort", run_ours, Side("onnxruntime", run_ort, torch_memory=False),
+                                compile, extra)
+    checks = {"onnxruntime": check}
+    if compile:
+        checks["aiayn eager"] = same(f"generated ids, {new} tokens", run_ours(True), expected)
+    how = "over a static cache, the step compiled" if compile else "with the KV cache"
+    what = (f"gpt2 ({millions(ours)} parameters, random weights) greedy generation {how}, batch 1, {t}-token "
+            f"prompt, {new} new tokens, float32, against {'our eager decoding and ' if compile else ''}the same "
+            f"weights {_ort_words(ort, peer)}; no side has an end token")
+    return Case(name, what, sides, units=new, unit="tokens", checks=checks, target=Target(1.0), flops=flops,
+                extra=extra)
 
 
-__all__ = ["decode_greedy_ort", "gpt2_generate_ort"]
+def decode_greedy_ort_compiled(quick: bool, device: torch.device) -> Case:
+    return decode_greedy_ort(quick, device, compile=True)
+
+
+def gpt2_generate_ort_compiled(quick: bool, device: torch.device) -> Case:
+    return gpt2_generate_ort(quick, device, compile=True)
+
+
+__all__ = ["decode_greedy_ort", "decode_greedy_ort_compiled", "gpt2_generate_ort", "gpt2_generate_ort_compiled"]
