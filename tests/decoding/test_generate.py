@@ -217,3 +217,21 @@ def test_num_return_sequences_draws_each_input_that_many_times_in_transformers_o
     for model in (hf, ours):  # greedy gives one sequence per input, in transformers as here
         with pytest.raises(ValueError, match="num_return_sequences"):
             model.generate(ids, attention_mask=mask, max_new_tokens=3, pad_token_id=0, num_return_sequences=2)
+
+
+def test_assistant_model_gives_greedy_tokens_and_refuses_what_it_does_not_run():
+    torch.manual_seed(0)
+    model = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=64, max_len=64, eos_id=2)).eval()
+    torch.manual_seed(1)
+    draft = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=64, max_len=64, eos_id=2, n_layers=1)).eval()
+    ids, mask = torch.tensor([[5, 9, 12, 7], [0, 0, 8, 4]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    plain = model.generate(ids, attention_mask=mask, max_new_tokens=12)
+    assert torch.equal(model.generate(ids, attention_mask=mask, max_new_tokens=12, assistant_model=draft,
+                                      num_assistant_tokens=3), plain)  # left-padded rows: each decoded alone
+    for refused, match in [({"num_beams": 2}, "num_beams"), ({"compile": True}, "compile"),
+                           ({"repetition_penalty": 1.2}, "repetition_penalty")]:
+        with pytest.raises(ValueError, match=match):
+            model.generate(ids, attention_mask=mask, max_new_tokens=2, assistant_model=draft, **refused)
+    transformer = aiayn.build(aiayn.preset("transformer-tiny")).eval()
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        transformer.generate(ids + 3, max_new_tokens=2, assistant_model=draft)

@@ -6,6 +6,7 @@
     model.generate(input_ids, num_beams=4, num_return_sequences=4,      the 4 best, and their scores
                    return_dict_in_generate=True, output_scores=True)
     model.generate(input_ids, repetition_penalty=1.3, no_repeat_ngram_size=3, min_new_tokens=5)
+    model.generate(input_ids, assistant_model=draft)                    speculative decoding (a small draft proposes)
 
 The same call runs a language model (GPT: ``input_ids`` is the prompt, padded on the left with
 ``attention_mask``; the result is the prompt followed by the new tokens) and an encoder-decoder
@@ -36,6 +37,7 @@ from aiayn.decoding.beam import PENALTIES, beam_search, beam_search_lm
 from aiayn.decoding.greedy import decode_with
 from aiayn.decoding.processing import Processing
 from aiayn.decoding.sampling import check_left_padded, end_ids, ends, pick, sample, sample_seq2seq
+from aiayn.decoding.speculative import speculative
 from aiayn.defaults import HF_NEW_TOKENS, HF_TOP_K
 from aiayn.layers.embedding import check_ids
 
@@ -80,6 +82,8 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     compile: bool = False,
+    assistant_model: nn.Module | None = None,
+    num_assistant_tokens: int = 5,
     **unsupported: Any,
 ) -> Tensor | GenerateOutput:
     """Generate as ``transformers``' ``model.generate`` does, with its arguments.
@@ -110,6 +114,10 @@ def generate(
             (:mod:`aiayn.decoding.static`; greedy, sampling and beam search, language models and
             encoder-decoders): the same tokens; the first call of a batch size and length waits for the
             compiler. Needs ``use_cache``; a sliding-window model decodes eagerly.
+        assistant_model, num_assistant_tokens: speculative decoding (:mod:`aiayn.decoding.speculative`): the
+            draft, a smaller language model of the same tokenizer, proposes ``num_assistant_tokens`` tokens and
+            the model checks them in one pass; greedy gives the same tokens, sampling the model's distribution.
+            A language model's greedy decoding or sampling, without the logits processing, scores or compile.
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
@@ -125,7 +133,8 @@ def generate(
                         f"max_length, do_sample, num_beams, temperature, top_k, top_p, length_penalty, "
                         f"early_stopping, num_return_sequences, repetition_penalty, no_repeat_ngram_size, "
                         f"min_new_tokens, return_dict_in_generate, output_scores, eos_token_id, pad_token_id, "
-                        f"decoder_start_token_id, use_cache, generator, compile")
+                        f"decoder_start_token_id, use_cache, generator, compile, assistant_model, "
+                        f"num_assistant_tokens")
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if num_return_sequences < 1:
@@ -136,6 +145,9 @@ def generate(
     if do_sample and num_beams > 1:
         raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
     check_ids(input_ids, 0, "input_ids", values=False)
+    if assistant_model is not None:
+        _check_assisted(model, num_beams, compile, output_scores and return_dict_in_generate,
+                        Processing(repetition_penalty, no_repeat_ngram_size, min_new_tokens or 0, ()).active)
     if do_sample and num_return_sequences > 1:  # each input drawn from that many times, its rows together
         input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
         if attention_mask is not None:
@@ -145,7 +157,7 @@ def generate(
     scores: list[Tensor] | None = [] if return_dict_in_generate and output_scores and num_beams == 1 else None
     search = {"num_beams": num_beams, "length_penalty": length_penalty, "early_stopping": early_stopping,
               "num_return_sequences": 1 if do_sample else num_return_sequences, "use_cache": use_cache,
-              "compile": compile}
+              "compile": compile, "assistant": assistant_model, "num_assistant_tokens": num_assistant_tokens}
     if hasattr(model, "encode"):
         if eos_token_id is not None and end_ids(eos_token_id) != (cfg.eos_id,):  # one id, or a list of it alone
             raise ValueError(f"eos_token_id={eos_token_id}: this model's is {cfg.eos_id} (its config's), its only "
@@ -222,8 +234,13 @@ def _language_model(model: nn.Module, input_ids: Tensor, attention_mask: Tensor 
     check_left_padded(attention_mask)
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
-    out = sample(model, rows, budget, eos_id=eos, use_cache=search["use_cache"], processing=processing,
-                 scores=scores, compile=search["compile"], **sampling)
+    if search["assistant"] is not None:
+        made, _ = speculative(model, search["assistant"], rows, budget, search["num_assistant_tokens"], eos_id=eos,
+                              **sampling)
+        out: Tensor | list[list[int]] = [r + m for r, m in zip(rows, made)]
+    else:
+        out = sample(model, rows, budget, eos_id=eos, use_cache=search["use_cache"], processing=processing,
+                     scores=scores, compile=search["compile"], **sampling)
     assert isinstance(out, list)  # lists in, lists out
     width = max(len(o) - len(r) for o, r in zip(out, rows))
     new = torch.full((len(rows), width), pad, dtype=torch.long, device=input_ids.device)
@@ -252,6 +269,16 @@ def _seq2seq(model: nn.Module, cfg: Any, src: Tensor, attention_mask: Tensor | N
                               scores=scores, compile=search["compile"], **sampling), None
     return decode_with(model, src, lambda logits: pick(logits, 0.0), budget, search["use_cache"], processing,
                        scores, search["compile"]), None
+
+
+def _check_assisted(model: nn.Module, num_beams: int, compile: bool, scores: bool, processing: bool) -> None:
+    """Refuse, by name, what speculative decoding does not run with."""
+    if hasattr(model, "encode"):
+        raise ValueError("assistant_model drafts for a language model; an encoder-decoder decodes without one")
+    for name, given in (("num_beams > 1", num_beams > 1), ("compile=True", compile), ("output_scores", scores),
+                        ("repetition_penalty, no_repeat_ngram_size or min_new_tokens", processing)):
+        if given:
+            raise ValueError(f"assistant_model (speculative decoding) does not run with {name}")
 
 
 def _lengths(new: Tensor, eos: tuple[int, ...]) -> Tensor:

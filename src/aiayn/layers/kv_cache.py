@@ -16,7 +16,9 @@ position's write per step.
 
 Cross-attention keys and values depend only on the encoder output, so they are projected once.
 Beam search reorders the batch rows with :meth:`DecoderCache.reorder`: only the filled positions are
-copied, into a second pair of buffers that then changes places with the first.
+copied, into a second pair of buffers that then changes places with the first. Speculative decoding forgets the
+positions of the draft tokens the model rejected with :meth:`DecoderCache.crop`: the length goes back, and the next
+append writes over them.
 
 Shapes: B batch (x beams), H heads, L max length, D head dim.
 """
@@ -79,6 +81,20 @@ class KVCache:
         self.length += t
         return self.k[:, :, : keep + t], self.v[:, :, : keep + t]
 
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` positions only (``transformers``' ``DynamicCache.crop``); nothing is copied.
+
+        Raises:
+            ValueError: ``length`` outside ``[0, self.length]``, or a sliding window's cache that has rolled
+                (``start > 0``): the positions a shorter sequence would see again are gone.
+        """
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length={length}: a cache of {self.length} positions keeps 0 to {self.length} of them")
+        if self.start > 0:
+            raise ValueError(f"cannot crop a sliding window's cache that has rolled (its positions before "
+                             f"{self.start} are dropped)")
+        self.length = length
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index``; copies the filled positions only."""
         if self.k is None:
@@ -128,6 +144,12 @@ class DecoderCache(list):
     def first_visible(self, t: int) -> int:
         """:meth:`KVCache.first_visible`, the same in every layer."""
         return self[0].self_attn.first_visible(t)
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` positions of every layer's self-attention (:meth:`KVCache.crop`; the
+        cross-attention keys/values depend on the source only)."""
+        for layer in self:  # every layer holds as many positions: the first refuses before any is cropped
+            layer.self_attn.crop(length)
 
     def reorder(self, index: Tensor, cross: bool = True) -> None:
         """Keep batch rows ``index`` (beam search: the beams that survive a step). ``cross=False`` leaves
