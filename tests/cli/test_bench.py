@@ -47,3 +47,20 @@ def test_a_case_runs_into_out_alone_and_a_wrong_name_is_refused(tmp_path, monkey
     assert "`vit-forward` (quick)" in (tmp_path / "benchmarks.md").read_text()
     assert main(["bench", "vit-foward", "--quick", "--out", "results"]) == 2
     assert "did you mean 'vit-forward'" in capsys.readouterr().err
+
+
+def test_list_names_every_case_and_compile_picks_the_compiled_variants(tmp_path, monkeypatch, capsys):
+    from aiayn.benchmark import run
+
+    assert main(["bench", "--out", str(tmp_path), "--list"]) == 0
+    assert capsys.readouterr().out.split() == run.NAMES
+    asked = []
+    monkeypatch.setattr("aiayn.benchmark.run_bench", lambda cases, **_: asked.append(cases))
+    main(["bench", "--out", str(tmp_path), "--compile", "decode-beam-ct2", "gpt2-generate-compiled"])
+    main(["bench", "--out", str(tmp_path), "--compile"])
+    assert asked == [["decode-beam-ct2-compiled", "gpt2-generate-compiled"],
+                     [n for n in run.NAMES if n.endswith("-compiled")]] and len(asked[1]) >= 9
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--out", str(tmp_path), "--compile", "train-small"])
+    assert e.value.code == 2 and "no compiled variant of train-small" in capsys.readouterr().err
+    assert files_under(tmp_path) == []

@@ -180,13 +180,12 @@ def _parser() -> argparse.ArgumentParser:
                                      "onnxruntime, side by side; writes OUT/<case>.json, and a page of them with "
                                      "--docs (this repository's: --out benchmarks/results --docs docs/benchmarks.md)")
     b.add_argument("cases", nargs="*", metavar="CASE",
-                   help="train-small train-base decode-greedy decode-beam gpt2-generate gpt2-train "
-                        "llama-tiny-generate llama-tiny-generate-b16 llama-124m-generate llama-124m-generate-b16 "
-                        "swin-forward vit-forward gpt2-generate-ct2 gpt2-generate-ct2-int8 "
-                        "llama-124m-generate-ct2 llama-124m-generate-b16-ct2 decode-greedy-ct2 "
-                        "decode-greedy-ct2-int8 decode-beam-ct2 decode-beam-ct2-int8 decode-greedy-ort "
-                        "gpt2-generate-ort scaling (default: all; the -ct2 and -ort cases, against CTranslate2 and "
-                        "onnxruntime, need pip install \"aiayn[bench]\")")
+                   help="cases to run (default: all; --list names them; the -ct2 and -ort cases, against "
+                        "CTranslate2 and onnxruntime, need pip install \"aiayn[bench]\")")
+    b.add_argument("--list", action="store_true", help="print the cases' names and exit")
+    b.add_argument("--compile", action="store_true",
+                   help="run each CASE's compiled variant, CASE-compiled (ours over a static cache, the step "
+                        "compiled, against ours eager and the same peers); without CASE, every compiled case")
     b.add_argument("--out", required=True, metavar="FOLDER",
                    help="folder of the results files, made if needed (required: no default)")
     b.add_argument("--docs", default=None, metavar="PAGE.md",
@@ -197,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run nothing: regenerate --docs from the results files in --out")
     b.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     b.add_argument("--quick", action="store_true", help="toy sizes: checks every case runs; measures nothing")
-    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="float32 eager either way")
+    b.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="float32 either way, eager unless the case is a compiled one")
 
     v = sub.add_parser("viz", help="pictures as PNG: positional encodings, masks, the look-ahead mask, Swin's "
                                    "windows, the schedule, label smoothing, attention cost, a model's attention, a "
@@ -319,6 +319,17 @@ def _json_lines(rows: list[Any]) -> str:
 def _run_on(args: argparse.Namespace) -> dict[str, Any]:
     """``device`` and ``quantize`` of a command that runs a saved model."""
     return {"device": args.device, "quantize": "int8" if args.int8 else None}
+
+
+def _compiled_cases(parser: argparse.ArgumentParser, cases: list[str], names: list[str]) -> list[str]:
+    """``aiayn bench --compile [CASE ...]``: each case's ``-compiled`` variant (all of them without a case)."""
+    if not cases:
+        return [n for n in names if n.endswith("-compiled")]
+    missing = [c for c in cases if f"{c}-compiled" not in names and not c.endswith("-compiled")]
+    if missing:
+        parser.error(f"--compile: no compiled variant of {', '.join(missing)} (those with one: "
+                     f"{', '.join(n.removesuffix('-compiled') for n in names if n.endswith('-compiled'))})")
+    return [c if c.endswith("-compiled") else f"{c}-compiled" for c in cases]
 
 
 def _cast(model: Any, args: argparse.Namespace) -> None:
@@ -487,7 +498,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(report, indent=2) if args.json else format_count(report))
         elif args.command == "bench":
             from aiayn.benchmark import run_bench
+            from aiayn.benchmark.run import NAMES
 
+            if args.list:
+                print("\n".join(NAMES))
+                return 0
+            if args.compile:
+                args.cases = _compiled_cases(parser, args.cases, NAMES)
             if args.report_only:
                 from aiayn.benchmark.report import write_report
 
