@@ -4,6 +4,7 @@ clients and the batch settings, for a GPT-2-shaped language model and the Marian
     python benchmarks/serve_load.py                     # the sweeps (a few minutes on 2 cores)
     python benchmarks/serve_load.py --soak 600          # 10 minutes at steady load instead: failures, memory
     python benchmarks/serve_load.py --quick             # toy sizes, seconds, into a temporary folder
+    python benchmarks/serve_load.py --compile           # the language model eager and with --compile, 16 clients
 
 Each server is ``aiayn serve`` in its own process on 127.0.0.1 (port 0: a free one), loaded from a run folder
 this script writes into a temporary folder: random weights of ``gpt2`` (124M: 12 layers, d_model 768, a
@@ -75,9 +76,18 @@ def main(argv: list[str] | None = None) -> None:
                    help="seconds of steady load on the LM, instead of the sweeps (default 0: the sweeps)")
     p.add_argument("--soak-clients", type=int, default=8, help="clients during the soak (default 8)")
     p.add_argument("--quick-models", action="store_true", help="tiny models (what --quick uses)")
+    p.add_argument("--compile", action="store_true",
+                   help="instead of the sweeps: the language model served eager and with --compile (both at "
+                        "--max-batch 16), 16 clients, --rounds alternating rounds: serve_compile.json (with "
+                        "--quick-models: serve_compile_tiny.json)")
+    p.add_argument("--rounds", type=int, default=5, help="--compile's alternating rounds (default 5)")
     args = script_args(p, argv, QUICK, "serve-load", results=RESULTS)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         lm = lm_run(Path(tmp) / "lm", args.quick_models)
+        if args.compile:  # eager against compiled serving, into its own file
+            results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, **compiled(lm, args)}
+            write_results(args.out, "serve_compile_tiny" if args.quick_models else "serve_compile", results)
+            return
         if args.soak:  # the soak alone, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "soak": soak(lm, args)}
             results["targets"] = targets(results)
@@ -146,12 +156,13 @@ class Server:
 
 
 @contextmanager
-def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT) -> Iterator[Server]:
+def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT,
+            compile: bool = False) -> Iterator[Server]:
     """``aiayn serve RUN`` in a child process on 127.0.0.1 (a free port); stopped (SIGTERM) at the end."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "aiayn.cli.serve", str(run), "--port", "0", "--name", "bench",
                              "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "1024",
-                             "--log-level", "warning", "--device", "cpu"],
+                             "--log-level", "warning", "--device", "cpu", *(["--compile"] if compile else [])],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""  # "aiayn serve: bench (...) on http://127.0.0.1:PORT"
@@ -242,6 +253,29 @@ def sweep(run: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
             out["by_wait"][w] = level(server.url, kind, many, args.requests, args.new, prompts, max(args.batches), w)
     out["max_batch"], out["many"], out["max_wait_ms"] = max(args.batches), many, WAIT
     return out
+
+
+def compiled(run: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The language model served eager and with ``--compile`` side by side (both alive; rounds alternate, so what
+    else the machine does weighs on each alike): 16 clients at ``--max-batch 16``, and the compiled server's start
+    (its compile) timed. The ratio is compiled tokens/s over eager, per round."""
+    prompts, batch, n = texts(256, 2), 16, 16
+    start = time.perf_counter()
+    with serving(run, args.threads, batch) as eager:
+        up_eager = time.perf_counter() - start
+        start = time.perf_counter()
+        with serving(run, args.threads, batch, compile=True) as fast:
+            up_compiled = time.perf_counter() - start
+            rounds: dict[str, list[dict[str, Any]]] = {"eager": [], "compiled": []}
+            for _ in range(args.rounds):
+                for name, server in (("eager", eager), ("compiled", fast)):
+                    rounds[name].append(level(server.url, "completions", n, args.requests, args.new, prompts, batch))
+    ratios = sorted(c["per_s"] / e["per_s"] for e, c in zip(rounds["eager"], rounds["compiled"]))
+    return {"clients": n, "max_batch": batch, "startup_s": {"eager": round(up_eager, 1),
+                                                             "compiled": round(up_compiled, 1)},
+            "rounds": rounds, "ratio_median": round(statistics.median(ratios), 3),
+            "ratio_lower_quartile": round(statistics.quantiles(ratios, n=4, method="inclusive")[0], 3),
+            "p99_median_s": {k: statistics.median(r["p99_s"] for r in v) for k, v in rounds.items()}}
 
 
 def rss_mib(pid: int) -> float:

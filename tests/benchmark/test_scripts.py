@@ -368,3 +368,20 @@ def test_llama_ablation_processes_sharing_a_results_file_keep_each_others_runs(t
     assert sorted(variants["gpt2"]["runs"]) == ["0", "1"] and sorted(variants["llama"]["runs"]) == ["1"]
     runs = variants["gpt2"]["runs"].values()
     assert variants["gpt2"]["test_loss_mean"] == pytest.approx(sum(r["test_loss"] for r in runs) / 2, abs=1e-4)
+
+
+def test_speculative_quick_decodes_the_plain_greedy_tokens(tmp_path):
+    data = needs_data("tinyshakespeare", "input.txt")
+    quick_flags_of("speculative", tmp_path)
+    run_script("speculative", "--quick", "--data", data, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "speculative.json").read_text())
+    assert 0 <= result["acceptance_rate"] <= 1 and 1 <= result["tokens_per_pass"] <= result["k"] + 1
+    assert result["proposed"] > 0 and 0 <= result["accepted"] <= result["proposed"]
+
+
+@pytest.mark.slow  # six fresh processes, each compiling cold or warm: a few minutes
+def test_compile_time_quick(tmp_path):
+    out = run_script("compile_time", "--quick", cwd=tmp_path, timeout=900)
+    [path] = tmp_path.glob("*/compile_time.json")  # TMPDIR is tmp_path: not the repo's
+    rows = json.loads(path.read_text())["rows"]
+    assert len(rows) == 3 and all(r["compile_cold_s"] > 0 and r["compiled_s"] > 0 for r in rows) and "wrote" in out
