@@ -24,7 +24,9 @@ HEADER = f"""# Benchmarks
 
 Regenerated from `{{results}}/*.json` by `aiayn bench --out {{results}} --docs {{page}}`, run from
 {{where}} (`--report-only` rewrites the page alone from the files there); do not edit by hand.
-Every case runs ours and its peers in one process, eager, float32 unless its name ends in `-int8`, alternating
+Every case runs ours and its peers in one process, float32 unless its name ends in `-int8`, eager unless it ends
+in `-compiled` (then ours decodes over a static cache with its step compiled, after a first call that compiles and
+is not timed), alternating
 A B A B after a warm-up, for {MIN_ROUNDS} or more timed rounds. Times are medians. The ratio is t_peer / t_ours taken
 round by round (> 1: ours is faster): the median of the per-round ratios, and in brackets their interquartile
 range, the lower and upper quartile (`statistics.quantiles(ratios, n=4, method="inclusive")`). A target is met only
