@@ -31,6 +31,7 @@ S source length, H kv heads, D head dim, V vocabulary.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -115,7 +116,7 @@ def compiled_step(device: torch.device, step: Callable[..., Tensor] = _gpt_step)
     return _compiled[key]
 
 
-class Static:
+class Static(abc.ABC):
     """Decoding over static buffers: :meth:`step` one token at a time for the first :attr:`rows` rows of the
     batch, :meth:`reorder` the rows in place (beam search); a subclass fills :attr:`layers` and says what the
     step reads besides them (:meth:`_inputs`) and which tensors hold a row each (:attr:`per_row`)."""
@@ -131,8 +132,9 @@ class Static:
         self.filled = 0  # the columns written so far
         self.run = compiled_step(device, step) if compile else step
 
+    @abc.abstractmethod
     def _inputs(self) -> tuple[Tensor, ...]:
-        raise NotImplementedError  # each kind of model says what its step reads
+        """What the step reads besides the token, the column and the buffers (each kind of model its own)."""
 
     def step(self, token: Tensor, column: int) -> Tensor:
         """The logits ``(A, V)`` of the rows decoding after their ``token`` ``(A,)``, written at ``column``."""
