@@ -113,7 +113,7 @@ def generate(
         compile: decode over a static cache, the one-token step through ``torch.compile``
             (:mod:`aiayn.decoding.static`; greedy, sampling and beam search, language models and
             encoder-decoders): the same tokens; the first call of a batch size and length waits for the
-            compiler. Needs ``use_cache``; a sliding-window model decodes eagerly.
+            compiler. Needs ``use_cache``; a sliding window's cache is a ring of its W columns.
         assistant_model, num_assistant_tokens: speculative decoding (:mod:`aiayn.decoding.speculative`): the
             draft, a smaller language model of the same tokenizer, proposes ``num_assistant_tokens`` tokens and
             the model checks them in one pass; greedy gives the same tokens, sampling the model's distribution.

@@ -57,9 +57,10 @@ class StaticKVCache:
             rows = torch.arange(k.size(0), device=k.device)
             self.k[rows, :, self.index] = k[:, :, 0]
             self.v[rows, :, self.index] = v[:, :, 0]
-        else:
-            self.k.index_copy_(2, self.index[:1], k)
-            self.v.index_copy_(2, self.index[:1], v)
+        else:  # a sliding window's buffers are a ring of W columns: column c is written at c mod W
+            at = self.index[:1] % self.k.size(2)
+            self.k.index_copy_(2, at, k)
+            self.v.index_copy_(2, at, v)
         return self.k, self.v
 
 
@@ -76,11 +77,17 @@ class _Layer:
 
 
 def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: Tensor, positions: Tensor,
-              columns: Tensor) -> Tensor:
+              held: Tensor, window: int) -> Tensor:
     """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)``, each row's at its column of ``index`` ``(B,)``: a
-    function of tensors, the same shapes at every step, so that ``torch.compile`` compiles it once."""
-    mask = (real & (columns <= index[:, None]))[:, None, None, :]  # (B, 1, 1, L): written columns of real tokens
-    position_ids = positions.gather(1, index[:, None])  # (B, 1): positions count real tokens only
+    function of tensors (and the constant ``window``), the same shapes at every step, so that ``torch.compile``
+    compiles it once. ``held`` ``(R,)``: the column each buffer column holds (itself, or in a sliding window's
+    ring of R = W columns, the last column written there); a key is seen if it is a real token, written, and
+    within the last ``window`` columns."""
+    c = index[:, None]  # (B, 1)
+    held.index_copy_(0, index[:1] % held.size(0), index[:1])  # the column written now (a ring's oldest goes)
+    seen = real.index_select(1, held) & (held <= c) & (held > c - window)  # (B, R)
+    mask = seen[:, None, None, :]  # (B, 1, 1, R)
+    position_ids = positions.gather(1, c)  # (B, 1): positions count real tokens only
     x = model.embed(token, position_ids=position_ids)  # (B, 1, C)
     rotary = None if model.rotary is None else model.rotary(1, 0, position_ids)
     hidden = model.decoder(x, self_mask=mask, is_causal=False, caches=layers, rotary=rotary)  # (B, 1, C)
@@ -157,9 +164,10 @@ class Static(abc.ABC):
         """Make the rows decoding the rows ``index`` ``(A',)`` of those decoding now (beam search's survivors),
         in the first ``A'`` rows of the buffers. ``fewer=False``: ``index`` only moves rows among the beams of
         one input, whose other per-row tensors are alike, so only the self-attention buffers are copied."""
-        n, filled = index.numel(), self.filled  # the buffers' other columns are not read
+        n = index.numel()
         for layer in self.layers:
             for buffer in (layer.self_attn.k, layer.self_attn.v):
+                filled = min(self.filled, buffer.size(2))  # the buffers' other columns are not read
                 buffer[:n, :, :filled] = buffer[:, :, :filled].index_select(0, index)
             if fewer and layer.cross is not None:
                 for t in layer.cross:
@@ -175,9 +183,6 @@ def _check_gpt(model: nn.Module, length: int) -> None:
     cfg: Any = getattr(model, "cfg", None)
     if not hasattr(model, "new_cache") or hasattr(model, "encode") or cfg is None:
         raise ValueError(f"a static cache decodes a GPT, not a {type(model).__name__}")
-    if cfg.attention_window is not None:
-        raise ValueError("a GPT with a sliding window (attention_window) decodes with its rolling cache: "
-                         "compile=False")
     if length > cfg.max_len:
         raise ValueError(f"the prompt and the new tokens are {length} positions; the model has {cfg.max_len} "
                          f"(max_len)")
@@ -186,8 +191,11 @@ def _check_gpt(model: nn.Module, length: int) -> None:
 class StaticGPT(Static):
     """A GPT's decoding over a static cache: :meth:`prefill` the prompts, then :meth:`step` one token at a time.
 
+    With a sliding window W (Mistral's ``attention_window``) shorter than L, the buffers are a ring of W columns
+    (column c at c mod W, the oldest overwritten), so a step costs W columns however long the generation.
+
     Args:
-        model: a :class:`aiayn.models.GPT` (no sliding window: its rolling buffer is the growing cache's).
+        model: a :class:`aiayn.models.GPT`.
         real: ``(B, L)`` bool, ``True`` from each row's first prompt token on (prompts padded on the left), over
             the prompt and every new token.
         compile: run :meth:`step` through ``torch.compile`` (:func:`compiled_step`); ``False``: the same step
@@ -200,9 +208,12 @@ class StaticGPT(Static):
         self.real = real.clone()
         self.positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)
         self.per_row = [self.real, self.positions]
+        window = cast(Any, model).cfg.attention_window
+        self.window = self.length + 1 if window is None else window  # every column, or the last W
+        self.held = torch.arange(min(self.length, self.window), device=real.device)  # (R,) a ring when W < L
 
-    def _inputs(self) -> tuple[Tensor, ...]:
-        return self.real, self.positions, self.columns
+    def _inputs(self) -> tuple[Any, ...]:
+        return self.real, self.positions, self.held, self.window
 
     def prefill(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """The logits ``(B, V)`` of the last prompt position; ``ids`` ``(B, P)``, the prompts (eager, the
@@ -211,12 +222,15 @@ class StaticGPT(Static):
         b, p = ids.shape
         cache = DecoderCache(len(model.decoder.layers), p)
         hidden = model.features(ids, attention_mask=attention_mask, cache=cache)  # (B, P, C)
+        ring = self.held.numel()
+        kept = torch.arange(max(0, p - ring), p, device=ids.device)  # the prompt's columns a step may still see
+        self.held.index_copy_(0, kept % ring, kept)
         for layer in cache:
             k, v = layer.self_attn.k, layer.self_attn.v  # (B, H, P, D)
             assert k is not None and v is not None  # the prefill filled them
-            kb = k.new_zeros(b, k.size(1), self.length, k.size(3))
-            vb = v.new_zeros(b, v.size(1), self.length, v.size(3))
-            kb[:, :, :p], vb[:, :, :p] = k[:, :, :p], v[:, :, :p]
+            kb, vb = k.new_zeros(b, k.size(1), ring, k.size(3)), v.new_zeros(b, v.size(1), ring, v.size(3))
+            kb.index_copy_(2, kept % ring, k[:, :, kept])
+            vb.index_copy_(2, kept % ring, v[:, :, kept])
             self.layers.append(_Layer(StaticKVCache(kb, vb, self.index)))
         self.filled = p
         self.batch = self.rows = b
@@ -278,6 +292,8 @@ class StaticSlots:
         cfg: Any = getattr(model, "cfg", None)
         length = cfg.max_len if length is None and cfg is not None else length
         _check_gpt(model, length or 0)
+        if cfg.attention_window is not None:
+            raise ValueError("slots decode without a sliding window (attention_window): each row has its own column")
         if slots < 1 or not length or length < 1:
             raise ValueError(f"slots={slots} and length={length} must be >= 1")
         device = next(model.parameters()).device
@@ -294,6 +310,7 @@ class StaticSlots:
             k = torch.zeros(slots, attn.n_kv_heads, length, attn.d_model // attn.n_heads, dtype=dtype, device=device)
             self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index, apart=True)))
         self.run = compiled_step(device) if compile else _gpt_step
+        self.window = length + 1  # every column a row wrote
 
     @torch.no_grad()
     def join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
@@ -328,7 +345,7 @@ class StaticSlots:
     def step(self, tokens: Tensor) -> Tensor:
         """The logits ``(S, V)`` after each slot's token ``tokens`` ``(S,)`` (any id in a free slot)."""
         logits = self.run(self.model, self.layers, tokens.contiguous()[:, None], self.index, self.real,
-                          self.positions, self.columns)
+                          self.positions, self.columns, self.window)
         self.index += self.live  # the next column of each row decoding
         return logits.clone() if logits.is_cuda else logits
 
