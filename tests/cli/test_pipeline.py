@@ -206,3 +206,5 @@ def test_dtype_casts_a_decoding_model_and_refuses_what_it_cannot(runs, inputs, c
         aiayn.pipeline(runs["lm"], quantize="int8", dtype="bfloat16")
     with pytest.raises(ValueError, match="must be one of"):
         aiayn.pipeline(runs["lm"], dtype="float8")
+    with pytest.raises(ValueError, match="compile=True with int8 weights"):
+        aiayn.pipeline(runs["lm"], quantize="int8", compile=True)

@@ -139,6 +139,12 @@ def test_compile_is_refused_where_it_does_not_decode():
     gpt = model("gpt-tiny")
     with pytest.raises(ValueError, match="use_cache"):
         gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=2, use_cache=False, compile=True)
+    from aiayn.layers.int8 import quantize
+
+    with pytest.raises(ValueError, match="int8 weights"):  # graph breaks at every fbgemm product: slower
+        quantize(gpt).generate(PROMPTS, attention_mask=MASK, max_new_tokens=2, compile=True)
     transformer = seq2seq("transformer-tiny")
+    with pytest.raises(ValueError, match="int8 weights"):
+        quantize(transformer).generate(PROMPTS + 3, max_new_tokens=2, num_beams=2, compile=True)
     with pytest.raises(ValueError, match="use_cache"):
         transformer.generate(PROMPTS + 3, max_new_tokens=2, num_beams=2, use_cache=False, compile=True)
