@@ -145,8 +145,9 @@ def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activ
 
 
 @pytest.mark.parametrize("swap", [True, False])
-def test_under_torch_compile_the_products_are_left_to_the_compiler(swap, monkeypatch):
-    # the tricks are for eager PyTorch: inductor cannot lower oneDNN's op, and fuses products its own way
+def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the_compiler(swap, monkeypatch):
+    # inductor lowers oneDNN's op only for weights its freezing packed, and its own product ran slower: the
+    # oneDNN product goes in as the custom op aiayn::linear_onednn; the swapped few-rows product is eager's trick
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     torch._dynamo.reset()
     ops = []
@@ -155,9 +156,18 @@ def test_under_torch_compile_the_products_are_left_to_the_compiler(swap, monkeyp
         ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
         return graph.forward
 
-    layer = Linear(1024, 1024)
-    x = torch.randn(3, 1024)
+    layer = Linear(1024, 1024)  # ONEDNN_MIN weights: oneDNN's, with one row everywhere, with 3 off AVX2
+    for rows in (1, 3):
+        ops.clear()
+        x = torch.randn(rows, 1024)
+        with torch.no_grad():
+            got = torch.compile(layer, backend=backend)(x)
+            torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
+        onednn = fast._ONEDNN and (rows == 1 or not swap)
+        assert any("linear_onednn" in op for op in ops) == onednn, ops
+        assert not any("addmm" in op for op in ops), ops  # never the swapped product under the compiler
+    small = Linear(64, 64)  # below ONEDNN_MIN: F.linear's own op
+    ops.clear()
     with torch.no_grad():
-        got = torch.compile(layer, backend=backend)(x)
-        torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
-    assert ops and not any("mkldnn" in op or "addmm" in op for op in ops), ops  # F.linear's own op only
+        torch.compile(small, backend=backend)(torch.randn(3, 64))
+    assert ops and not any("onednn" in op or "addmm" in op for op in ops), ops

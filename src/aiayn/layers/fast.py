@@ -8,7 +8,8 @@ time and memory of a whole run is in ``docs/benchmarks.md``, the timings of sing
 
     trick                          stands in for                  buys
     :func:`linear_onednn`          ``F.linear`` (Linear)          no gradient, a large matrix: oneDNN's inner
-                                                                  product (one row on AVX2, any rows elsewhere)
+                                                                  product (one row on AVX2, any rows elsewhere),
+                                                                  under ``torch.compile`` too (an opaque op)
     :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows on AVX2 (decoding): the BLAS used the
                                                                   fast way round
     :func:`feedforward_no_grad`    ``FeedForward.forward``        no gradient: no hidden layer the size of the
@@ -70,27 +71,44 @@ def _rows(x: Tensor) -> int:
 
 
 def _compiling() -> bool:
-    """Under ``torch.compile`` the products are left to the compiler: the tricks are for eager PyTorch (and
-    inductor cannot lower oneDNN's op)."""
+    """Under ``torch.compile`` the few-rows product is left to the compiler; oneDNN's goes in as an opaque op
+    (:func:`linear_onednn`)."""
     return torch.compiler.is_compiling()
 
 
 def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
     """Whether :func:`linear_onednn` applies: a float32 CPU product by a matrix of at least ``ONEDNN_MIN``
-    weights that needs no gradient (oneDNN's op has no backward), that autocast would not have run in a lower
-    precision and that ``torch.compile`` is not compiling; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number
-    elsewhere."""
+    weights that needs no gradient (oneDNN's op has no backward) and that autocast would not have run in a lower
+    precision; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number elsewhere."""
     rows = _rows(x)
-    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and not _compiling()
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and weight.numel() >= ONEDNN_MIN and (rows == 1 or (rows > 1 and not SWAP_FEW_ROWS))
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
+
+
+@torch.library.custom_op("aiayn::linear_onednn", mutates_args=())
+def _onednn_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """oneDNN's inner product ``(N, K)`` by ``(O, K)`` as an op ``torch.compile`` calls as it stands: inductor
+    lowers ``mkldnn._linear_pointwise`` only for the weights its freezing packed (constants, which a model trained
+    further would leave stale), and its own product for these shapes ran at 0.64x this one (GPT-2 decoding)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight.contiguous(), bias, "none", [], "")
+
+
+@_onednn_op.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty(x.size(0), weight.size(0))
 
 
 def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` by oneDNN's inner product (:func:`onednn_suits`), which streams a large
     matrix faster than the BLAS's product where it applies; shapes as :func:`aiayn.layers.linear.linear`'s
-    (``(..., K)`` by ``(O, K)`` gives a contiguous ``(..., O)``)."""
-    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.size(-1)), weight.contiguous(), bias, "none", [], "")
+    (``(..., K)`` by ``(O, K)`` gives a contiguous ``(..., O)``). Under ``torch.compile`` through
+    :func:`_onednn_op` (eager PyTorch calls the kernel directly: the custom op's dispatch costs microseconds)."""
+    flat = x.reshape(-1, x.size(-1))
+    if _compiling():
+        out = _onednn_op(flat, weight, bias)
+    else:
+        out = torch.ops.mkldnn._linear_pointwise(flat, weight.contiguous(), bias, "none", [], "")
     return out.view(*x.shape[:-1], weight.size(0))
 
 
