@@ -157,12 +157,13 @@ class Server:
 
 @contextmanager
 def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT,
-            compile: bool = False) -> Iterator[Server]:
+            compile: bool = False, max_len: int | None = None) -> Iterator[Server]:
     """``aiayn serve RUN`` in a child process on 127.0.0.1 (a free port); stopped (SIGTERM) at the end."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "aiayn.cli.serve", str(run), "--port", "0", "--name", "bench",
                              "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms), "--max-queue", "1024",
-                             "--log-level", "warning", "--device", "cpu", *(["--compile"] if compile else [])],
+                             "--log-level", "warning", "--device", "cpu", *(["--compile"] if compile else []),
+                             *([] if max_len is None else ["--max-len", str(max_len)])],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""  # "aiayn serve: bench (...) on http://127.0.0.1:PORT"
@@ -257,21 +258,22 @@ def sweep(run: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def compiled(run: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The language model served eager and with ``--compile`` side by side (both alive; rounds alternate, so what
-    else the machine does weighs on each alike): 16 clients at ``--max-batch 16``, and the compiled server's start
-    (its compile) timed. The ratio is compiled tokens/s over eager, per round."""
-    prompts, batch, n = texts(256, 2), 16, 16
+    else the machine does weighs on each alike): 16 clients at ``--max-batch 16``, both with ``--max-len`` 64
+    (prompts and new tokens fit; the compiled slots read all their columns every step), and the compiled server's
+    start (its compile) timed. The ratio is compiled tokens/s over eager, per round."""
+    prompts, batch, n, most = texts(256, 2), 16, 16, 64
     start = time.perf_counter()
-    with serving(run, args.threads, batch) as eager:
+    with serving(run, args.threads, batch, max_len=most) as eager:
         up_eager = time.perf_counter() - start
         start = time.perf_counter()
-        with serving(run, args.threads, batch, compile=True) as fast:
+        with serving(run, args.threads, batch, compile=True, max_len=most) as fast:
             up_compiled = time.perf_counter() - start
             rounds: dict[str, list[dict[str, Any]]] = {"eager": [], "compiled": []}
             for _ in range(args.rounds):
                 for name, server in (("eager", eager), ("compiled", fast)):
                     rounds[name].append(level(server.url, "completions", n, args.requests, args.new, prompts, batch))
     ratios = sorted(c["per_s"] / e["per_s"] for e, c in zip(rounds["eager"], rounds["compiled"]))
-    return {"clients": n, "max_batch": batch, "startup_s": {"eager": round(up_eager, 1),
+    return {"clients": n, "max_batch": batch, "max_len": most, "startup_s": {"eager": round(up_eager, 1),
                                                              "compiled": round(up_compiled, 1)},
             "rounds": rounds, "ratio_median": round(statistics.median(ratios), 3),
             "ratio_lower_quartile": round(statistics.quantiles(ratios, n=4, method="inclusive")[0], 3),

@@ -104,8 +104,11 @@ def test_32_concurrent_clients_get_the_texts_of_32_sequential_calls(runs, serve,
             return await asyncio.gather(*(one(i, *a) for i, a in enumerate(asks)))
 
     p.compile = compiled
-    with serve(p, max_batch=8, max_wait_ms=5) as (url, _):
+    with serve(p, max_batch=8, max_wait_ms=5, max_len=64 if compiled else None) as (url, _):  # slots of 64 columns
         got = asyncio.run(clients(url))
+        if compiled:  # what would not fit a slot is refused, naming the field
+            r = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 80})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens" and "64" in r.text
         text = httpx.get(f"{url}/metrics").text
     assert got == want
     steps = metric(text, "aiayn_batch_size_count")

@@ -29,6 +29,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--int8", action="store_true", help=INT8_HELP)
     p.add_argument("--dtype", choices=DTYPES, default=None, help=DTYPE_HELP)
+    p.add_argument("--max-len", type=int, default=None,
+                   help="a completion's prompt and new tokens, at most (default: the model's positions); with "
+                        "--compile each slot's columns, which every step reads whole: keep it near what requests need")
     p.add_argument("--compile", action="store_true", help="a language model decodes over a static cache of "
                    "--max-batch slots with a torch.compile'd step, compiled before the server listens")
     p.add_argument("--max-batch", type=int, default=SERVING["max_batch"],
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
                           compile=args.compile, dtype=args.dtype)
     settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
-                        max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs)
+                        max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
+                        max_len=args.max_len)
     app = make_app(pipe, settings)
 
     class Server(uvicorn.Server):

@@ -57,6 +57,8 @@ class Settings:
         max_queue: rows or inputs that may wait; past it, 503 with ``Retry-After``.
         max_inputs: prompts, texts or images in one request, at most (413 past it).
         max_body: bytes of one request body, at most (413 past it).
+        max_len: a completion's prompt and new tokens, at most (``None``: the model's ``max_len``); with
+            ``compile``, the columns of each slot, which every step reads whole.
     """
 
     name: str = "model"
@@ -65,6 +67,7 @@ class Settings:
     max_queue: int = SERVING["max_queue"]
     max_inputs: int = SERVING["max_inputs"]
     max_body: int = SERVING["max_body"]
+    max_len: int | None = None
 
     def __post_init__(self) -> None:
         for field in ("max_batch", "max_queue", "max_inputs", "max_body"):
@@ -72,6 +75,8 @@ class Settings:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.max_len is not None and self.max_len < 2:
+            raise ValueError(f"max_len must be >= 2 (a prompt token and a new one), got {self.max_len}")
         if not self.name:
             raise ValueError("name must not be empty")
 
@@ -124,6 +129,10 @@ class _Server:
         self.pipe, self.settings, self.metrics = pipe, settings, Metrics()
         self.method = METHODS[pipe.task]  # what the pipeline does: generate, embed, translate, classify, detect
         self.created = int(time.time())
+        model_len = getattr(cast(Any, pipe.model).cfg, "max_len", None)
+        if settings.max_len is not None and model_len is not None and settings.max_len > model_len:
+            raise ValueError(f"max_len={settings.max_len} is more than the model's {model_len} positions")
+        self.max_len = settings.max_len or model_len
         self.worker = self._worker()
 
     # ---- the worker of the task --------------------------------------------------------------------------------
@@ -135,7 +144,7 @@ class _Server:
             tok = pipe.parts["tok"]
             ends = set() if tok.eos_id is None else {tok.eos_id}
             return ContinuousBatcher(pipe.model, ends, s.max_batch, wait, s.max_queue, self.metrics,
-                                     compile=pipe.compile)
+                                     compile=pipe.compile, length=self.max_len)
         if pipe.compile:  # micro-batches of every size and length: a compile for each shape
             raise ValueError(f"compile serves a language model (one compiled step for every batch); a {task} "
                              f"pipeline's batches change shape with each request: serve it without compile")
@@ -230,18 +239,19 @@ class _Server:
     async def completions(self, request: Request, body: dict[str, Any]) -> Response:
         req = schema.completion(body, self.settings.max_inputs)
         name = schema.model_name(body, self.settings.name)
-        tok, cfg = self.pipe.parts["tok"], cast(Any, self.pipe.model).cfg
+        tok, most = self.pipe.parts["tok"], self.max_len
+        assert most is not None  # a language model has its positions' number
         encoded = []
         for i, prompt in enumerate(req.prompts):
             ids = tok.encode(prompt) or ([] if tok.eos_id is None else [tok.eos_id])  # none: the end-of-text
             field = "prompt" if len(req.prompts) == 1 else f"prompt[{i}]"
             if not ids:
                 raise bad(field, "is empty and the tokenizer has no end-of-text token to start from")
-            if len(ids) >= cfg.max_len:
-                raise bad(field, f"is {len(ids)} tokens; the model reads at most {cfg.max_len} with the new ones")
-            if len(ids) + req.max_tokens > cfg.max_len:
-                raise bad("max_tokens", f"is {req.max_tokens}, but {field} is {len(ids)} tokens and the model reads "
-                                        f"at most {cfg.max_len}: at most {cfg.max_len - len(ids)} new tokens")
+            if len(ids) >= most:
+                raise bad(field, f"is {len(ids)} tokens; the server reads at most {most} with the new ones")
+            if len(ids) + req.max_tokens > most:
+                raise bad("max_tokens", f"is {req.max_tokens}, but {field} is {len(ids)} tokens and the server "
+                                        f"reads at most {most}: at most {most - len(ids)} new tokens")
             encoded.append(ids)
         loop, events = asyncio.get_running_loop(), asyncio.Queue[tuple[int, Event]]()
         device = next(self.pipe.model.parameters()).device

@@ -235,17 +235,17 @@ class SlotBatch(Batch):
     (:class:`~aiayn.decoding.static.StaticSlots`): the same rows join and leave, the same tokens are chosen, and
     nothing is packed. The step is compiled (and run once) when the batch is made."""
 
-    def __init__(self, model: Any, ends: set[int], metrics: Metrics, slots: int) -> None:
+    def __init__(self, model: Any, ends: set[int], metrics: Metrics, slots: int, length: int | None = None) -> None:
         super().__init__(model, ends, metrics)
-        self.static = StaticSlots(model, slots, compile=True)
+        self.static = StaticSlots(model, slots, length, compile=True)
         self.slot: dict[Row, int] = {}  # each decoding row's slot
         self.free = list(range(slots))[::-1]
         with torch.no_grad():  # compile now, not at the first request
             self.static.step(torch.zeros(slots, dtype=torch.long, device=self.device))
 
     def admits(self, joining: list[Row], row: Row) -> bool:
-        """Any row the server accepted fits a slot (prompt and budget within ``max_len``); the worker takes no
-        more rows than there are free slots."""
+        """Any row the server accepted fits a slot (prompt and budget within the slots' length, which the server
+        checks); the worker takes no more rows than there are free slots."""
         return True
 
     def update(self, joining: list[Row]) -> None:
@@ -294,16 +294,17 @@ class ContinuousBatcher(Worker):
         max_batch: rows decoding together, at most.
         max_wait: seconds an idle worker waits after a first row for others to start with it.
         max_queue: rows that may wait to join.
-        compile: decode over ``max_batch`` static slots with a compiled step (:class:`SlotBatch`).
+        compile: decode over ``max_batch`` static slots with a compiled step (:class:`SlotBatch`), each of
+            ``length`` columns (default the model's ``max_len``).
     """
 
     def __init__(self, model: Any, ends: set[int], max_batch: int, max_wait: float, max_queue: int,
-                 metrics: Metrics, compile: bool = False) -> None:
+                 metrics: Metrics, compile: bool = False, length: int | None = None) -> None:
         super().__init__(max_batch, max_wait, max_queue, metrics)
         if getattr(model.cfg, "attention_window", None) is not None:
             raise ValueError("serve: continuous batching packs whole caches; a sliding-window model "
                              f"(attention_window={model.cfg.attention_window}) is not supported")
-        self.batch = SlotBatch(model, ends, metrics, max_batch) if compile else Batch(model, ends, metrics)
+        self.batch = SlotBatch(model, ends, metrics, max_batch, length) if compile else Batch(model, ends, metrics)
 
     def submit(self, rows: list[Row]) -> bool:
         """Queue a request's rows together; ``False`` when the queue is full (answer 503)."""
