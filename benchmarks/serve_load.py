@@ -79,14 +79,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compile", action="store_true",
                    help="instead of the sweeps: the language model served eager and with --compile (both at "
                         "--max-batch 16), 16 clients, --rounds alternating rounds: serve_compile.json (with "
-                        "--quick-models: serve_compile_tiny.json)")
+                        "--quick-models: serve_compile_tiny.json; see --max-len)")
     p.add_argument("--rounds", type=int, default=5, help="--compile's alternating rounds (default 5)")
+    p.add_argument("--max-len", type=int, default=64,
+                   help="--compile's servers' --max-len (default 64; 0: the model's positions, into "
+                        "serve_compile_full.json)")
     args = script_args(p, argv, QUICK, "serve-load", results=RESULTS)
+    if args.compile and args.rounds < 2:
+        p.error(f"--rounds must be >= 2 (the ratio's lower quartile needs two), got {args.rounds}")
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         lm = lm_run(Path(tmp) / "lm", args.quick_models)
         if args.compile:  # eager against compiled serving, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, **compiled(lm, args)}
-            write_results(args.out, "serve_compile_tiny" if args.quick_models else "serve_compile", results)
+            name = "serve_compile" + ("_tiny" if args.quick_models else "") + ("" if args.max_len else "_full")
+            write_results(args.out, name, results)
             return
         if args.soak:  # the soak alone, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "soak": soak(lm, args)}
@@ -258,10 +264,10 @@ def sweep(run: Path, kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def compiled(run: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The language model served eager and with ``--compile`` side by side (both alive; rounds alternate, so what
-    else the machine does weighs on each alike): 16 clients at ``--max-batch 16``, both with ``--max-len`` 64
-    (prompts and new tokens fit; the compiled slots read all their columns every step), and the compiled server's
-    start (its compile) timed. The ratio is compiled tokens/s over eager, per round."""
-    prompts, batch, n, most = texts(256, 2), 16, 16, 64
+    else the machine does weighs on each alike): 16 clients at ``--max-batch 16``, both with ``--max-len``
+    (64 by default: prompts and new tokens fit; the compiled slots read all their columns every step), and the
+    compiled server's start (its compile) timed. The ratio is compiled tokens/s over eager, per round."""
+    prompts, batch, n, most = texts(256, 2), 16, 16, args.max_len or None
     start = time.perf_counter()
     with serving(run, args.threads, batch, max_len=most) as eager:
         up_eager = time.perf_counter() - start

@@ -385,3 +385,19 @@ def test_compile_time_quick(tmp_path):
     [path] = tmp_path.glob("*/compile_time.json")  # TMPDIR is tmp_path: not the repo's
     rows = json.loads(path.read_text())["rows"]
     assert len(rows) == 3 and all(r["compile_cold_s"] > 0 and r["compiled_s"] > 0 for r in rows) and "wrote" in out
+
+
+@pytest.mark.parametrize("mode", [[], ["--compile", "--rounds", "2"]], ids=["sweeps", "compile"])
+def test_serve_load_quick_serves_every_request(tmp_path, mode):
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("httpx")
+    run_script("serve_load", "--quick", *mode, "--out", tmp_path / "out", cwd=tmp_path, timeout=300)
+    if mode:  # eager and compiled servers side by side, both at --max-len 64
+        result = json.loads((tmp_path / "out" / "serve_compile_tiny.json").read_text())
+        levels = result["rounds"]["eager"] + result["rounds"]["compiled"]
+        assert result["max_len"] == 64 and result["ratio_median"] > 0
+    else:
+        result = json.loads((tmp_path / "out" / "serve_load.json").read_text())
+        levels = [lv for kind in ("lm", "translation") for lv in result[kind]["by_clients"].values()]
+        assert set(result["targets"]) == {"lm", "translation"}
+    assert levels and all(lv["failed"] == 0 and lv["requests"] > 0 for lv in levels)
