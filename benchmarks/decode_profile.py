@@ -2,6 +2,7 @@
 
     python benchmarks/decode_profile.py [--threads 2]     # the six cases at full size, several minutes
     python benchmarks/decode_profile.py --quick            # toy sizes, seconds, into a temporary folder
+    python benchmarks/decode_profile.py --compile          # the float32 cases compiled (issue 39)
 
 The cases are ``aiayn bench``'s CTranslate2 cases (:mod:`aiayn.benchmark.cases` builds the models, checks them
 against each other and hands over the sides): ``gpt2-generate-ct2`` (gpt2, greedy, batch 1),
@@ -31,6 +32,15 @@ out and says why). Samples in oneDNN's JIT-compiled GEMM kernels carry no symbol
 counted as matrix products, though a few belong to attention's batched products. Only the threads that run
 in turn (Python's, then CTranslate2's worker) stand for wall time; OpenMP helpers that run beside the worker
 are counted apart. Results go to ``<out>/decode_profile.json`` and the page ``docs/decode_profile.md``.
+
+``--compile`` profiles the float32 cases' compiled variants (``CASE-compiled``: our decoding over a static cache,
+the step compiled by ``torch.compile``) into ``decode_profile_compiled.json`` and
+``docs/decode_profile_compiled.md``. Inductor is told to name its C++ kernels to the profiler
+(``config.cpp.enable_kernel_profile``: the script runs itself again with it on and an inductor cache of its
+own), so each fused kernel counts by the ops in its name
+(:func:`kernel_category`: ``cpp_fused_add_native_layer_norm_3`` is norms and activations); the products it leaves
+to a library (``aten::addmm``, ``aiayn::linear_onednn``) and the attention kernel count as in the eager profile,
+and the compiled region's own wrappers (guards, the call of the compiled graph) as Python and dispatch.
 """
 
 from __future__ import annotations
@@ -79,7 +89,7 @@ CATEGORIES = (MATMUL, ATTENTION, CACHE, SEARCH, INT8, NORMS, OTHER, PYTHON)
 # ours: the op called from Python -> its category (an op missing here is "everything else")
 OURS = {
     **dict.fromkeys(["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul",
-                     "mkldnn::_linear_pointwise", "quantized::linear_dynamic"], MATMUL),
+                     "mkldnn::_linear_pointwise", "quantized::linear_dynamic", "aiayn::linear_onednn"], MATMUL),
     **dict.fromkeys(["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"],
                     ATTENTION),
     **dict.fromkeys(["aten::index_select", "aten::index_copy", "aten::index_copy_"], CACHE),
@@ -107,25 +117,57 @@ CT2 = {
 }
 JIT = "GEMM kernels (oneDNN JIT code, unattributed)"
 
+# --compile: the float32 cases' compiled variants; inductor's own scopes (their self time is the wrapper's, Python
+# and dispatch) and its C++ kernels, sorted by the first of these ops their names hold
+COMPILED_CASES = ("gpt2-generate-ct2", "decode-greedy-ct2", "decode-beam-ct2")
+KERNEL_PROFILE = "TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"  # inductor's config.cpp.enable_kernel_profile
+PROFILE_CACHE = Path(tempfile.gettempdir()) / "aiayn-decode-profile-inductor"  # compiled with kernels named
+WRAPPERS = re.compile(r"^(Torch-Compiled Region|## |TorchDynamo|Pregraph bytecode|AOTDispatcher|"
+                      r"CompiledFunction|autograd::engine)")
+KERNEL = re.compile(r"^(graph_\d+_)?cpp_fused_")
+KERNEL_OPS = ((OTHER, ("embedding",)),  # the token lookup and its scaling, as in the eager profile
+              (CACHE, ("index_put", "index_copy", "scatter")),
+              (SEARCH, ("argmax", "topk", "sort", "log_softmax")),
+              (ATTENTION, ("softmax", "bmm", "scaled_dot_product")),
+              (MATMUL, ("addmm", "_mm_", "mm_")),
+              (NORMS, ("layer_norm", "rms", "gelu", "relu", "silu", "tanh", "add", "mul", "rsqrt", "mean", "pow")))
+
+
+def kernel_category(name: str) -> str:
+    """The category of inductor's C++ kernel ``name`` (``graph_0_cpp_fused_add_native_layer_norm_view_3``): the
+    first category of :data:`KERNEL_OPS` one of whose ops the name holds; else everything else."""
+    ops = KERNEL.sub("", name)
+    return next((c for c, words in KERNEL_OPS if any(w in ops for w in words)), OTHER)
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2, help="torch's threads and CTranslate2's intra_threads")
-    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {','.join(CASES)}")
-    p.add_argument("--docs", help="the page written (default docs/decode_profile.md; --quick: decode_profile.md "
-                                  "in --out)")
+    p.add_argument("--cases", help=f"comma-separated, from {','.join(CASES)} (default: all; with --compile "
+                                   f"the float32 ones, {','.join(COMPILED_CASES)})")
+    p.add_argument("--compile", action="store_true",
+                   help="profile each case's compiled variant (CASE-compiled) into decode_profile_compiled.json "
+                        "and docs/decode_profile_compiled.md")
+    p.add_argument("--docs", help="the page written (default docs/decode_profile[_compiled].md; --quick: in --out)")
     args = script_args(p, argv, {}, "decode-profile", results=RESULTS)
-    docs = Path(args.docs or (Path(args.out) / "decode_profile.md" if args.quick else ROOT / "docs" /
-                              "decode_profile.md"))
+    stem = "decode_profile_compiled" if args.compile else "decode_profile"
+    docs = Path(args.docs or (Path(args.out) / f"{stem}.md" if args.quick else ROOT / "docs" / f"{stem}.md"))
     torch.set_num_threads(args.threads)  # before the cases build CTranslate2's models: they take this count
-    names = args.cases.split(",")
+    allowed = COMPILED_CASES if args.compile else CASES
+    names = args.cases.split(",") if args.cases else list(allowed)
     for name in names:
-        if name not in CASES:
-            raise SystemExit(f"--cases: unknown case {name!r}; choose from {', '.join(CASES)}")
+        if name not in allowed:
+            raise SystemExit(f"--cases: unknown case {name!r}{' for --compile' if args.compile else ''}; choose "
+                             f"from {', '.join(allowed)}")
+    if args.compile and os.environ.get(KERNEL_PROFILE) != "1":
+        # inductor names its kernels to the profiler only when the variable is set as it is imported, and its
+        # caches do not key on it: run again with it set and a cache of its own (never the user's)
+        env = {**os.environ, KERNEL_PROFILE: "1", "TORCHINDUCTOR_CACHE_DIR": str(PROFILE_CACHE)}
+        os.execve(sys.executable, [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])], env)
 
     load = os.getloadavg()
     results: dict[str, Any] = {
-        "name": "decode_profile", "quick": args.quick, "threads": args.threads,
+        "name": stem, "quick": args.quick, "threads": args.threads, "compiled": args.compile,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "load_average_at_start": [round(x, 2) for x in load],
         "command": "python benchmarks/decode_profile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -135,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         print(f"{name}: building (and checking) the models ...", flush=True)
         try:
-            case = cases.CASES[name](args.quick, CPU)
+            case = cases.CASES[name + "-compiled" if args.compile else name](args.quick, CPU)
         except Unavailable as e:
             print(f"{name}: skipped: {e}")
             results["cases"][name] = {"skipped": str(e)}
@@ -146,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["ctranslate2"] = next((r["ctranslate2_version"] for r in results["cases"].values()
                                    if "ctranslate2_version" in r), None)
-    write_results(args.out, "decode_profile", results)
+    write_results(args.out, stem, results)
     docs.parent.mkdir(parents=True, exist_ok=True)
     docs.write_text(page(results))
     print(f"wrote {docs}")
@@ -213,7 +255,10 @@ def scoped(owner: Any, attribute: str, scope: str) -> Iterator[None]:
 
 
 def ours_category(chain: list[Any]) -> str:
-    """The category of the op ``chain[-1]``, given its ancestors ``chain`` (``chain[0]`` called from Python)."""
+    """The category of the op ``chain[-1]``, given its ancestors ``chain`` (``chain[0]`` called from Python, or
+    from the compiled graph's wrapper: inductor's scopes are left out of ``chain``)."""
+    if KERNEL.match(chain[0].name):
+        return kernel_category(chain[0].name)
     names = {e.name for e in chain}
     if INT8_SCOPE in names:  # Int8Linear.forward goes through rows, and attention calls rows itself
         return MATMUL if chain[-1].name in INT8_PRODUCTS else INT8
@@ -238,14 +283,16 @@ def profile_ours(side: Side, wall_s: float, steps: int) -> dict[str, Any]:
         profiled_s = time.perf_counter() - start
     ms: dict[str, float] = collections.defaultdict(float)
     tops: dict[str, float] = collections.defaultdict(float)
-    calls = 0  # ops called from Python
+    calls = kernels = 0  # ops called from Python; inductor's C++ kernels among them
     for event in prof.events():
-        if event.name in SCOPES:  # a scope's own time is the profiler's
+        if event.name in SCOPES or WRAPPERS.match(event.name):  # a scope's own time is the profiler's or Python's
             continue
         chain = [event]
         while chain[0].cpu_parent is not None:
             chain.insert(0, chain[0].cpu_parent)
+        chain = [e for e in chain if not WRAPPERS.match(e.name)]  # the compiled graph calls its ops as Python does
         calls += all(e.name in SCOPES for e in chain[:-1])
+        kernels += bool(KERNEL.match(event.name))
         category = ours_category(chain)
         ms[category] += event.self_cpu_time_total / 1e3
         tops[f"{next(e.name for e in chain if e.name not in SCOPES)} [{category}]"] += event.self_cpu_time_total / 1e3
@@ -258,6 +305,7 @@ def profile_ours(side: Side, wall_s: float, steps: int) -> dict[str, Any]:
     scale = wall_s / profiled_s
     return {"profiler": "torch.profiler, CPU, self time of every op, by the op called from Python",
             "profiled_wall_s": profiled_s, "ops_self_s": ops_ms / 1e3, "calls_from_python_per_step": calls / steps,
+            "inductor_kernels_per_step": kernels / steps,
             "python_and_dispatch_wall_minus_ops_ms_per_step": (wall_s * 1e3 - ops_ms) / steps,
             "categories": shares({k: v * scale for k, v in ms.items()}, wall_s, steps),
             "top_ops": [{"op": k, "ms_per_step": v * scale / steps, "share": v / (profiled_s * 1e3)}
@@ -483,8 +531,9 @@ def overall(rows: dict[str, dict[str, Any]]) -> str:
 def page(results: dict[str, Any]) -> str:
     """``docs/decode_profile.md``: per case the categories side by side and CTranslate2's top operations."""
     machine = results["machine"]
+    compiled = results.get("compiled", False)
     lines = [
-        "# Where decoding time goes: ours against CTranslate2",
+        "# Where " + ("compiled " if compiled else "") + "decoding time goes: ours against CTranslate2",
         "",
         "Written by `benchmarks/decode_profile.py` ("
         + ("quick toy sizes: the numbers mean nothing, " if results["quick"] else "") +
@@ -514,6 +563,19 @@ def page(results: dict[str, Any]) -> str:
         "`Quantize` and `Dequantize` count as int8 input handling; in ours the same work is inside fbgemm's product.",
         "",
     ]
+    if compiled:
+        lines += [
+            "**Compiled**: each case is the `-compiled` variant, ours decoding over a static cache with its step "
+            "compiled by `torch.compile` (`compile=True`). Inductor names its C++ kernels to the profiler "
+            "(`config.cpp.enable_kernel_profile`) and each fused kernel counts by the ops its name holds (the first "
+            "of: `index_put`/`index_copy` cache writes; `argmax`/`topk`/`sort`/`log_softmax` search; `softmax`/`bmm` "
+            "attention; `addmm`/`mm` products; `layer_norm`/`gelu`/`add`/`mul`... norms and activations). The "
+            "products inductor leaves to a library (`aten::addmm`, oneDNN's as `aiayn::linear_onednn`) and the "
+            "attention kernel count as above; the compiled region's own wrappers (dynamo's guards, the call of the "
+            "compiled graph) are Python and dispatch, and \"ops from Python\" includes the kernels the compiled "
+            "graph's Python wrapper calls. The eager profile is [decode_profile.md](decode_profile.md).",
+            "",
+        ]
     for name, row in results["cases"].items():
         lines += [f"## `{name}`", ""]
         if "skipped" in row:
@@ -535,8 +597,11 @@ def page(results: dict[str, Any]) -> str:
         calls = row["ours"]["calls_from_python_per_step"]
         low = row["ours"]["python_and_dispatch_wall_minus_ops_ms_per_step"]
         each = ours[PYTHON]["ms_per_step"] * 1e3 / calls
-        lines += ["", f"Ours calls {calls:,.0f} ops from Python a step, {each:.1f} us each outside the ops; the low "
-                      f"estimate of Python and dispatch is {low:.3f} ms a step."]
+        fused = row["ours"].get("inductor_kernels_per_step", 0)
+        lines += ["", f"Ours calls {calls:,.0f} ops from Python a step"
+                  + (f" ({fused:,.0f} of them inductor's fused C++ kernels)" if fused else "")
+                  + f", {each:.1f} us each outside the ops; the low estimate of Python and dispatch is {low:.3f} ms "
+                    "a step."]
         other = [o for o in row["ours"]["top_ops"] if o["op"].endswith(f"[{OTHER}]") and o["share"] >= 0.005][:3]
         if other:
             lines += ["", "Ours' largest \"everything else\": " + ", ".join(

@@ -287,6 +287,39 @@ def test_decode_profile_quick(tmp_path):
     assert "`decode-beam-ct2-int8`" in docs.read_text()
 
 
+def test_decode_profile_sorts_inductors_kernels_by_the_ops_they_fuse():
+    dp = load_script("decode_profile")
+    assert dp.kernel_category("graph_0_cpp_fused_add_native_layer_norm_view_3") == dp.NORMS
+    assert dp.kernel_category("cpp_fused__softmax_add_bmm_where_2") == dp.ATTENTION
+    assert dp.kernel_category("graph_1_cpp_fused__log_softmax_argmax_7") == dp.SEARCH  # not attention's softmax
+    assert dp.kernel_category("graph_0_cpp_fused_index_put_add_1") == dp.CACHE
+    assert dp.kernel_category("graph_0_cpp_fused_view_clone_5") == dp.OTHER
+    assert dp.kernel_category("graph_1_cpp_fused_add_embedding_index_mul_unsqueeze_0") == dp.OTHER  # the lookup
+    event = argparse.Namespace  # what the profiler's events offer the script: a name
+    assert dp.ours_category([event(name="graph_0_cpp_fused_gelu_view_4")]) == dp.NORMS
+    assert dp.ours_category([event(name="aiayn::linear_onednn"), event(name="mkldnn::_linear_pointwise")]) == dp.MATMUL
+    assert dp.WRAPPERS.match("## Call CompiledFxGraph abc ##") and dp.WRAPPERS.match("TorchDynamo Cache Lookup")
+    assert not dp.WRAPPERS.match("aten::addmm")
+
+
+@pytest.mark.slow  # a compile of the toy models
+def test_decode_profile_compiled_quick(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("ctranslate2")
+    out, docs = tmp_path / "out", tmp_path / "decode_profile_compiled.md"
+    run_script("decode_profile", "--quick", "--compile", "--threads", 1, "--cases", "decode-greedy-ct2",
+               "--out", out, "--docs", docs, cwd=tmp_path, timeout=600)
+    row = json.loads((out / "decode_profile_compiled.json").read_text())["cases"]["decode-greedy-ct2"]
+    assert row["checks_ok"] and "static cache" in row["what"]
+    shares = {k: c["share"] for k, c in row["ours"]["categories"].items()}
+    assert sum(shares.values()) == pytest.approx(1) and min(shares.values()) >= 0
+    assert shares["norms and activations"] > 0 and shares["matrix products"] > 0  # inductor's kernels, named
+    assert row["ours"]["inductor_kernels_per_step"] > 0  # named to the profiler, not lumped into the wrapper
+    assert docs.read_text().startswith("# Where compiled decoding time goes")
+    with pytest.raises(AssertionError, match="unknown case"):  # the int8 cases have no compiled variant
+        run_script("decode_profile", "--quick", "--compile", "--cases", "decode-beam-ct2-int8", cwd=tmp_path)
+
+
 def test_int8_kernels_quick(tmp_path):
     run_script("int8_kernels", "--quick", "--rounds", 1, "--calls", 1, "--out", tmp_path / "out", cwd=tmp_path)
     result = json.loads((tmp_path / "out" / "int8_kernels.json").read_text())
