@@ -83,8 +83,8 @@ def test_sides_alternate_and_medians_ratios_throughput_and_mfu_are_right():
     # per side: warm-up, 3 rounds, then the profiled unit
     case = fake_case(clock, log, {"ours": [9, 3, 1, 2, 9], "peer": [9, 6, 4, 2, 9]})
     r = measure(case, Settings(peak_flops=10.0, rounds=3, warmup=1, clock=clock))
-    assert log == ["ours", "peer"] * 5  # warm-up, A B A B A B, memory
-    ours, peer = r["sides"]["ours"], r["sides"]["peer"]
+    assert log == ["ours", "peer", "ours", "peer", "peer", "ours", "ours", "peer", "ours", "peer"]  # warm-up,
+    ours, peer = r["sides"]["ours"], r["sides"]["peer"]  # A B, B A, A B (each round one side later), memory
     assert ours["seconds"] == [3, 1, 2] and peer["seconds"] == [6, 4, 2]
     assert ours["median_s"] == 2 and peer["median_s"] == 4
     assert ours["throughput"] == 4 / 2 and peer["throughput"] == 4 / 4
@@ -101,7 +101,7 @@ def test_three_sides_alternate_a_b_c_and_each_peer_gets_its_own_ratio():
     clock, log = FakeClock(), []
     case = fake_case(clock, log, {"a": [1, 2, 2, 1], "b": [1, 4, 4, 1], "c": [1, 1, 1, 1]}, target=Target(1.5))
     r = measure(case, Settings(peak_flops=1.0, rounds=2, warmup=1, clock=clock))
-    assert log == ["a", "b", "c"] * 4
+    assert log == ["a", "b", "c"] + ["a", "b", "c"] + ["b", "c", "a"] + ["a", "b", "c"]  # warm-up, 2 rounds, memory
     assert r["peers"]["b"]["ratio"] == 2 and r["peers"]["b"]["ratio_q1"] == 2 and r["peers"]["b"]["met"] is True
     assert r["peers"]["c"]["ratio"] == 0.5 and r["peers"]["c"]["met"] is False
 

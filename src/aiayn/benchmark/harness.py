@@ -6,13 +6,16 @@ of its correctness check (ours and each peer must compute the same thing). :func
 
     FLOPs of one unit of ours  (FlopCounterMode)          -> model FLOPs per unit, the same for every side
     warm-up: every side, ``warmup`` units
-    timing:  rounds alternate the sides, A B A B ...      (A B C A B C with two peers)
+    timing:  rounds alternate the sides, A B B A ...      (A B C, B C A, C A B with two peers)
     memory:  one profiled unit per side                   -> peak bytes allocated during the unit
 
 and reports per side the median time, the throughput (units / median), the MFU (FLOPs / median / matmul
 peak) and the peak memory; per peer the speed ratio ``t_peer / t_ours`` of every round, their median and
 their interquartile range (> 1: ours is faster). Alternating puts any drift of the machine (another process,
-the clock) on both sides; the ratio is taken round by round so a slow round slows both of its terms.
+the clock) on both sides; the ratio is taken round by round so a slow round slows both of its terms. Each round
+starts one side later than the last, so each side follows each other side as often: a side whose threads spin
+on after its call (onnxruntime's do, for tens of milliseconds) slows whichever side comes next, measured 12-15%
+on 2 cores, and in a fixed order that was always the same side.
 
 A target is met only when the *lower quartile* of the per-round ratios clears it (and the lower quartile of
 ours' per-round MFU clears an MFU target, and ours computes what the peer computes): about three rounds in
@@ -284,8 +287,9 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
         for _ in range(settings.warmup):
             side.run()
     seconds: dict[str, list[float]] = {s.name: [] for s in case.sides}
-    for _ in range(settings.rounds):
-        for side in case.sides:  # A B A B ...
+    n = len(case.sides)
+    for r in range(settings.rounds):
+        for side in case.sides[r % n:] + case.sides[: r % n]:  # A B, B A, ...: each side follows each other alike
             seconds[side.name].append(timed(side.run, device, settings.clock))
     memory = {s.name: peak_memory(s.run, device) for s in case.sides}
 

@@ -27,7 +27,8 @@ Regenerated from `{{results}}/*.json` by `aiayn bench --out {{results}} --docs {
 Every case runs ours and its peers in one process, float32 unless its name ends in `-int8`, eager unless it ends
 in `-compiled` (then ours decodes over a static cache with its step compiled, after a first call that compiles and
 is not timed), alternating
-A B A B after a warm-up, for {MIN_ROUNDS} or more timed rounds. Times are medians. The ratio is t_peer / t_ours taken
+(A B, then B A: each round starts one side later) after a warm-up, for {MIN_ROUNDS} or more timed rounds.
+Times are medians. The ratio is t_peer / t_ours taken
 round by round (> 1: ours is faster): the median of the per-round ratios, and in brackets their interquartile
 range, the lower and upper quartile (`statistics.quantiles(ratios, n=4, method="inclusive")`). A target is met only
 when the **lower quartile** of the per-round ratios clears it (and, for an MFU target, the lower quartile of ours'
