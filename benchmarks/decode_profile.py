@@ -126,9 +126,9 @@ WRAPPERS = re.compile(r"^(Torch-Compiled Region|## |TorchDynamo|Pregraph bytecod
                       r"CompiledFunction|autograd::engine)")
 KERNEL = re.compile(r"^(graph_\d+_)?cpp_fused_")
 KERNEL_OPS = ((OTHER, ("embedding",)),  # the token lookup and its scaling, as in the eager profile
-              (CACHE, ("index_put", "index_copy", "scatter")),
               (SEARCH, ("argmax", "topk", "sort", "log_softmax")),
-              (ATTENTION, ("softmax", "bmm", "scaled_dot_product")),
+              (ATTENTION, ("softmax", "bmm", "scaled_dot_product")),  # with the cache write it fuses: attention
+              (CACHE, ("index_put", "index_copy", "scatter")),
               (MATMUL, ("addmm", "_mm_", "mm_")),
               (NORMS, ("layer_norm", "rms", "gelu", "relu", "silu", "tanh", "add", "mul", "rsqrt", "mean", "pow")))
 
@@ -568,8 +568,9 @@ def page(results: dict[str, Any]) -> str:
             "**Compiled**: each case is the `-compiled` variant, ours decoding over a static cache with its step "
             "compiled by `torch.compile` (`compile=True`). Inductor names its C++ kernels to the profiler "
             "(`config.cpp.enable_kernel_profile`) and each fused kernel counts by the ops its name holds (the first "
-            "of: `index_put`/`index_copy` cache writes; `argmax`/`topk`/`sort`/`log_softmax` search; `softmax`/`bmm` "
-            "attention; `addmm`/`mm` products; `layer_norm`/`gelu`/`add`/`mul`... norms and activations). The "
+            "of: `argmax`/`topk`/`sort`/`log_softmax` search; `softmax`/`bmm` attention, with the cache write it "
+            "fuses; `index_put`/`index_copy` cache writes; `addmm`/`mm` products; `layer_norm`/`gelu`/`add`/`mul`... "
+            "norms and activations). The "
             "products inductor leaves to a library (`aten::addmm`, oneDNN's as `aiayn::linear_onednn`) and the "
             "attention kernel count as above; the compiled region's own wrappers (dynamo's guards, the call of the "
             "compiled graph) are Python and dispatch, and \"ops from Python\" includes the kernels the compiled "

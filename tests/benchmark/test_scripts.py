@@ -293,6 +293,8 @@ def test_decode_profile_sorts_inductors_kernels_by_the_ops_they_fuse():
     assert dp.kernel_category("cpp_fused__softmax_add_bmm_where_2") == dp.ATTENTION
     assert dp.kernel_category("graph_1_cpp_fused__log_softmax_argmax_7") == dp.SEARCH  # not attention's softmax
     assert dp.kernel_category("graph_0_cpp_fused_index_put_add_1") == dp.CACHE
+    # one query's attention fused with the cache write it reads: attention
+    assert dp.kernel_category("graph_2_cpp_fused__softmax_bmm_div_index_copy_le_masked_fill_3") == dp.ATTENTION
     assert dp.kernel_category("graph_0_cpp_fused_view_clone_5") == dp.OTHER
     assert dp.kernel_category("graph_1_cpp_fused_add_embedding_index_mul_unsqueeze_0") == dp.OTHER  # the lookup
     event = argparse.Namespace  # what the profiler's events offer the script: a name
@@ -410,6 +412,14 @@ def test_speculative_quick_decodes_the_plain_greedy_tokens(tmp_path):
     result = json.loads((tmp_path / "out" / "speculative.json").read_text())
     assert 0 <= result["acceptance_rate"] <= 1 and 1 <= result["tokens_per_pass"] <= result["k"] + 1
     assert result["proposed"] > 0 and 0 <= result["accepted"] <= result["proposed"]
+
+
+@pytest.mark.slow  # compiles each quick case's step twice (one per attention path): about a minute
+def test_one_query_attention_quick_decodes_the_same_tokens_on_both_paths(tmp_path):
+    run_script("one_query_attention", "--quick", "--out", tmp_path / "out", cwd=tmp_path, timeout=600)
+    rows = json.loads((tmp_path / "out" / "one_query_attention.json").read_text())["rows"]
+    assert [r["case"] for r in rows] == ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b16"]
+    assert all(r["same_tokens"] and r["fused_s"] > 0 and r["explicit_s"] > 0 for r in rows)
 
 
 @pytest.mark.slow  # six fresh processes, each compiling cold or warm: a few minutes

@@ -208,3 +208,41 @@ def test_grouped_multi_head_attention_gives_the_fused_paths_output_when_asked_fo
     torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(recorded, fused, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rec[""][0], weights)
+
+
+ONE_QUERY_MASKS = {
+    "none": lambda: None,
+    "padding": lambda: padding_mask(torch.tensor([[5] * 5 + [0] * 2, [5] * 7]), 0),  # (B, 1, 1, S)
+    "per-head": lambda: torch.rand(2, 6, 1, 7, generator=torch.Generator().manual_seed(1)) > 0.5,  # (B, H, 1, S)
+    "empty row": lambda: torch.tensor([[True] * 7, [False] * 7]).view(2, 1, 1, 7),
+    "(T, S)": lambda: torch.tensor([[True] * 4 + [False] * 3]),  # (1, S): the last query of a causal mask
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ONE_QUERY_MASKS))
+@pytest.mark.parametrize("kv_heads", [1, 2, 3, 6])
+def test_a_compiled_one_query_step_takes_the_explicit_path_and_equals_the_reference(kind, kv_heads, monkeypatch):
+    """A decoding step (one query a row) inside torch.compile on a CPU is equation 1 written out, grouped heads
+    read in place (``functional._one_query``), not the fused kernel; same outputs as the head-by-head reference."""
+    from aiayn.layers import functional
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 6, 1, 8, generator=g)
+    k, v = torch.randn(2, kv_heads, 7, 8, generator=g), torch.randn(2, kv_heads, 7, 8, generator=g)
+    mask = ONE_QUERY_MASKS[kind]()
+    want = grouped_reference(q, k, v, mask)
+    want = want.masked_fill(want.isnan(), 0.0)  # a row with nothing to attend to: zeros
+    taken = []
+    one_query = functional._one_query
+    monkeypatch.setattr(functional, "_one_query", lambda *a: taken.append(1) or one_query(*a))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], backend="eager")
+    torch.testing.assert_close(compiled(q, k, v), want, atol=1e-5, rtol=1e-5)
+    assert taken  # traced through the explicit path
+    taken.clear()
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask)[0], want, atol=1e-5, rtol=1e-5)
+    assert not taken  # eager: the fused kernel (faster there, benchmarks/results/one_query_attention.json)
+    monkeypatch.setattr(functional, "ONE_QUERY_EXPLICIT", False)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled(q, k, v), want, atol=1e-5, rtol=1e-5)
+    assert not taken  # the switch off: the fused kernel inside the graph too

@@ -2,6 +2,7 @@
 the scorers of :mod:`aiayn.layers.scoring`) calls these, and none of them calls a module.
 
     scaled_dot_product_attention   softmax(q k^T / sqrt(D) + mask) v: the fused kernel, or explicitly with weights
+                                   (and, inside a compiled decoding step on a CPU, explicitly: ONE_QUERY_EXPLICIT)
     masked_softmax                 the softmax over the keys a mask allows; rows with none attend nowhere
     repeat_kv                      grouped-query attention's kv heads, repeated for their query heads
 
@@ -42,6 +43,28 @@ def repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         return k, v
     group = q.size(1) // k.size(1)
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+# A compiled decoding step on a CPU (one query a row, under torch.compile) takes the explicit path, whose products
+# and softmax inductor fuses with what is around them; the fused kernel stays an opaque call tiled for many queries.
+# Measured by benchmarks/one_query_attention.py (benchmarks/results/one_query_attention.json). Eagerly the explicit
+# path is five dispatched calls where the fused kernel is one, so only the compiled step switches.
+ONE_QUERY_EXPLICIT = True
+
+
+def _one_query(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """Equation 1 for one query a row (``q`` ``(B, H, 1, D)``), explicitly: a product of each head's query with
+    its keys, the softmax, a product with the values. With grouped-query attention the query heads of a group
+    are that kv head's rows (``(B, Hkv, H / Hkv, D)``), so no kv head is copied; ``mask`` already safe."""
+    b, h, _, d = q.shape
+    hkv = k.size(1)
+    if hkv != h and mask is not None and mask.dim() > 2 and mask.size(-3) != 1:  # a per-head mask: heads one by one
+        k, v = repeat_kv(q, k, v)
+        hkv = h
+    qg = q.reshape(b, hkv, h // hkv, d)  # (B, Hkv, G, D): one query, so a group's heads are rows; a mask
+    # (1, S) or (..., 1 or H, 1, S) broadcasts over them (H only when G = 1)
+    p, _ = masked_softmax((qg @ k.transpose(-2, -1)) / math.sqrt(d), mask)  # (B, Hkv, G, S)
+    return (p @ v).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None = None,
@@ -101,7 +124,10 @@ def scaled_dot_product_attention(
     if mask is not None and mask.dtype == torch.bool:
         mask, empty = _safe(mask, ask=readable(mask))
     grouped = k.size(1) != q.size(1)  # grouped-query attention: fewer key/value heads than query heads
-    if not need_weights:  # the kernel reads each kv head for its group of query heads, without copying them
+    if (ONE_QUERY_EXPLICIT and not need_weights and q.size(-2) == 1 and q.device.type == "cpu" and dropout_p == 0
+            and torch.compiler.is_compiling()):
+        out, weights = _one_query(q, k, v, mask), None
+    elif not need_weights:  # the kernel reads each kv head for its group of query heads, without copying them
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
                                              enable_gqa=grouped)
         weights = None
