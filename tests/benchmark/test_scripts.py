@@ -414,12 +414,14 @@ def test_speculative_quick_decodes_the_plain_greedy_tokens(tmp_path):
     assert result["proposed"] > 0 and 0 <= result["accepted"] <= result["proposed"]
 
 
-@pytest.mark.slow  # compiles each quick case's step twice (one per attention path): about a minute
-def test_one_query_attention_quick_decodes_the_same_tokens_on_both_paths(tmp_path):
-    run_script("one_query_attention", "--quick", "--out", tmp_path / "out", cwd=tmp_path, timeout=600)
-    rows = json.loads((tmp_path / "out" / "one_query_attention.json").read_text())["rows"]
+@pytest.mark.slow  # compiles each quick case's step twice (once per setting): about a minute a switch
+@pytest.mark.parametrize("switch, off, on", [("attention", "fused", "explicit"), ("min-chunk", "default", "min_chunk")])
+def test_compiled_step_switches_quick_decode_the_same_tokens_either_way(tmp_path, switch, off, on):
+    run_script("compiled_step_switches", "--switch", switch, "--quick", "--out", tmp_path / "out", cwd=tmp_path,
+               timeout=600)
+    rows = json.loads((tmp_path / "out" / f"compiled_step_{switch.replace('-', '_')}.json").read_text())["rows"]
     assert [r["case"] for r in rows] == ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b16"]
-    assert all(r["same_tokens"] and r["fused_s"] > 0 and r["explicit_s"] > 0 for r in rows)
+    assert all(r["same_tokens"] and r[f"{off}_s"] > 0 and r[f"{on}_s"] > 0 for r in rows)
 
 
 @pytest.mark.slow  # six fresh processes, each compiling cold or warm: a few minutes

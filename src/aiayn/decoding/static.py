@@ -123,22 +123,15 @@ def check_cache(compile: bool, use_cache: bool) -> None:
 
 
 _compiled: dict[tuple[str, str], Any] = {}  # torch.compile of a step, by step and device type: once per process
-# On a CPU, an inductor kernel runs on one thread unless each thread gets at least this many elements. A decode
-# step's elementwise kernels are small (a layer norm of B x C), and waking the other threads for each one cost
-# more than the work: 40-120 us a kernel on a 2-core VM (docs/decode_profile_compiled.md), and with inductor's
-# default (512) the Marian-shaped step at batch 16 ran 1.3-1.5x slower (docs/benchmarks.md's compiled cases).
-CPU_MIN_CHUNK = 1 << 16
 
 
 def compiled_step(device: torch.device, step: Callable[..., Tensor] = _gpt_step) -> Any:
-    """``torch.compile(step)`` for ``device``: inductor's C++ on a CPU (small kernels on one thread:
-    :data:`CPU_MIN_CHUNK`), CUDA graphs (``mode="reduce-overhead"``) on a GPU."""
+    """``torch.compile(step)`` for ``device``: inductor's default mode on a CPU (its defaults: small kernels kept on
+    one thread measured 0.97-1.03x, ``benchmarks/results/compiled_step_min_chunk.json``), CUDA graphs on a GPU."""
     key = (step.__name__, device.type)
     if key not in _compiled:
-        if device.type == "cuda":
-            _compiled[key] = torch.compile(step, mode="reduce-overhead", dynamic=False)
-        else:
-            _compiled[key] = torch.compile(step, dynamic=False, options={"cpp.min_chunk_size": CPU_MIN_CHUNK})
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        _compiled[key] = torch.compile(step, mode=mode, dynamic=False)
     return _compiled[key]
 
 

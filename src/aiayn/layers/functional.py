@@ -47,8 +47,8 @@ def repeat_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
 
 # A compiled decoding step on a CPU (one query a row, under torch.compile) takes the explicit path, whose products
 # and softmax inductor fuses with what is around them; the fused kernel stays an opaque call tiled for many queries.
-# Measured by benchmarks/one_query_attention.py (benchmarks/results/one_query_attention.json). Eagerly the explicit
-# path is five dispatched calls where the fused kernel is one, so only the compiled step switches.
+# Measured by benchmarks/compiled_step_switches.py (benchmarks/results/compiled_step_attention.json). Eagerly the
+# explicit path is five dispatched calls where the fused kernel is one, so only the compiled step switches.
 ONE_QUERY_EXPLICIT = True
 
 
