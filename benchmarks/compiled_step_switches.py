@@ -5,9 +5,15 @@
                 ``aiayn.layers.functional.ONE_QUERY_EXPLICIT``
     min-chunk   inductor's ``cpp.min_chunk_size``: its default (off: a kernel of more than 512 elements wakes
                 every thread, what aiayn compiles with) or 65,536 (on: small kernels run on one thread)
+    width       the columns a step attends over: the whole static buffer (off) or those written so far, rounded
+                up to 16 (on, a dynamic size of the one compiled step), switched by ``aiayn.decoding.static.BUCKET``
+    beam-table  beam search's reordering: the buffers' rows copied every step (off) or a table of rows moved,
+                which the step reads the buffers through (on), switched by ``aiayn.decoding.static.BEAM_TABLE``
 
     python benchmarks/compiled_step_switches.py --switch attention [--threads 2] [--rounds 8]
     python benchmarks/compiled_step_switches.py --switch min-chunk
+    python benchmarks/compiled_step_switches.py --switch width
+    python benchmarks/compiled_step_switches.py --switch beam-table --cases translation-beam4-b16
     python benchmarks/compiled_step_switches.py --switch attention --quick   # toy sizes, into a temporary folder
 
 Each case is an ``aiayn bench`` case's own work with ``compile=True``: the Marian-shaped translation model (batch 16,
@@ -59,7 +65,8 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
     return lambda: cast(Tensor, sample(g.ours, g.prompt, g.new, temperature=0, compile=True))
 
 
-NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk")}  # (off, on) in the results
+NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk"),  # (off, on) in the results
+         "width": ("buffer", "filled"), "beam-table": ("copied", "table")}
 STEPS = (static._gpt_step, static._seq2seq_step)
 DEFAULT_MIN_CHUNK = inductor_config.cpp.min_chunk_size  # inductor's own (512)
 MIN_CHUNK = 1 << 16  # the alternative: a decode step's elementwise kernels (a layer norm of B x C) on one thread
@@ -77,6 +84,16 @@ def switch(name: str) -> Callable[[bool], None]:
         def attention(on: bool) -> None:
             functional.ONE_QUERY_EXPLICIT = on
         return attention
+    if name == "width":
+        bucket = static.BUCKET
+
+        def width(on: bool) -> None:
+            static.BUCKET = bucket if on else None
+        return width
+    if name == "beam-table":
+        def beam_table(on: bool) -> None:
+            static.BEAM_TABLE = on
+        return beam_table
     steps = {False: chunked(DEFAULT_MIN_CHUNK), True: chunked(MIN_CHUNK)}
 
     def min_chunk(on: bool) -> None:
@@ -120,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                    "q3": round(q3, 3), "same_tokens": bool(torch.equal(ids[False], ids[True]))}
             print("  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
             rows.append(row)
-    turn(args.switch == "attention")  # the library's setting again
+    turn(args.switch != "min-chunk")  # the library's setting again
     write_results(args.out, f"compiled_step_{args.switch.replace('-', '_')}", {
         "what": f"compiled decoding, {off} against {on}, one process, alternating",
         "threads": args.threads, "rounds": args.rounds, "quick": args.quick,

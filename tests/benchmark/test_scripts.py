@@ -415,13 +415,24 @@ def test_speculative_quick_decodes_the_plain_greedy_tokens(tmp_path):
 
 
 @pytest.mark.slow  # compiles each quick case's step twice (once per setting): about a minute a switch
-@pytest.mark.parametrize("switch, off, on", [("attention", "fused", "explicit"), ("min-chunk", "default", "min_chunk")])
+@pytest.mark.parametrize("switch, off, on", [("attention", "fused", "explicit"), ("min-chunk", "default", "min_chunk"),
+                                             ("width", "buffer", "filled"), ("beam-table", "copied", "table")])
 def test_compiled_step_switches_quick_decode_the_same_tokens_either_way(tmp_path, switch, off, on):
     run_script("compiled_step_switches", "--switch", switch, "--quick", "--out", tmp_path / "out", cwd=tmp_path,
                timeout=600)
     rows = json.loads((tmp_path / "out" / f"compiled_step_{switch.replace('-', '_')}.json").read_text())["rows"]
     assert [r["case"] for r in rows] == ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b16"]
     assert all(r["same_tokens"] and r[f"{off}_s"] > 0 and r[f"{on}_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow  # compiles the quick translation's step: half a minute
+def test_ct2_interference_quick_times_each_work_before_and_after_ctranslate2(tmp_path):
+    pytest.importorskip("ctranslate2")
+    run_script("ct2_interference", "--quick", "--out", tmp_path / "out", cwd=tmp_path, timeout=600)
+    result = json.loads((tmp_path / "out" / "ct2_interference.json").read_text())
+    assert set(result["rows"]) == {"elementwise_loop", "ours_compiled_greedy"} and result["ctranslate2_call_s"] > 0
+    for row in result["rows"].values():
+        assert row["slowdown"] == round(row["after_ct2_s"] / row["before_s"], 2) and row["after_3_idle_s"] > 0
 
 
 @pytest.mark.slow  # six fresh processes, each compiling cold or warm: a few minutes

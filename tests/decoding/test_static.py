@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import aiayn
+from aiayn.decoding import static as static_module
 from aiayn.decoding.static import StaticGPT, StaticSeq2Seq
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,6 +23,14 @@ def model(preset):
                                     eos_id=2, **window)).eval()
 
 
+# BUCKET 4: the steps attend over 8, 12 and then all 13 columns of the buffers (the ring: always its 4); None: all
+@pytest.fixture(params=[4, None], ids=["filled-columns", "whole-buffer"])
+def bucket(request, monkeypatch):
+    monkeypatch.setattr(static_module, "BUCKET", request.param)
+    return request.param
+
+
+@pytest.mark.usefixtures("bucket")
 @pytest.mark.parametrize("preset", ["gpt-tiny", "llama-tiny", "mistral"])  # learned positions; RoPE with grouped
 def test_each_step_over_the_static_cache_equals_the_growing_cache(preset):  # kv heads; a window of 4 as a ring
     gpt, new = model(preset), 7
@@ -56,14 +65,16 @@ def sources(model):
 
 # The paper's Transformer (sinusoidal positions, the output layer's bias) and BART (learned positions from row 2,
 # a norm on the embeddings): the two ways an encoder-decoder here places its target tokens.
+@pytest.mark.usefixtures("bucket")
+@pytest.mark.parametrize("beams", [False, True], ids=["rows-copied", "rows-read-through-a-table"])
 @pytest.mark.parametrize("preset", ["transformer-tiny", "bart-tiny"])
-def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset):
+def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset, beams):
     net = seq2seq(preset)
     src = sources(net).repeat_interleave(2, dim=0)  # (6, S): two beams a sentence
     length = 9
     with torch.no_grad():
         memory = net.encode(src)
-        static, cache = StaticSeq2Seq(net, memory, src, length), net.new_cache(length)
+        static, cache = StaticSeq2Seq(net, memory, src, length, beams=beams), net.new_cache(length)
         token = torch.full((6,), net.cfg.bos_id)
         for t in range(6):
             want = net.decode(token[:, None], memory, src, cache=cache)[:, -1]
@@ -80,6 +91,10 @@ def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset
                 cache.reorder(rows)
                 memory, src, token = memory[rows], src[rows], token[rows]
     assert static.rows == 4
+    if beams:  # the beams moved in the table (rows 1 1 2 3 5 4 at step 2, then 0 1 4 5), the buffers stayed
+        assert static.read_from is not None
+        assert static.read_from[:4, :5].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [5, 5, 5, 4, 4],
+                                                     [4, 4, 4, 5, 5]]
 
 
 def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
@@ -98,6 +113,26 @@ def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
                           generator=torch.Generator().manual_seed(7), compile=flag) for flag in (False, True)]
     assert torch.equal(draws[1], draws[0])
     assert counters["stats"]["unique_graphs"] == graphs  # the same shapes: nothing compiled again
+
+
+def test_a_compiled_step_attends_over_the_filled_columns_and_compiles_once_for_every_width(monkeypatch):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(static_module, "BUCKET", 4)
+    widths = []
+    narrow = static_module._narrow
+    monkeypatch.setattr(static_module, "_narrow", lambda t, width, dim=0: widths.append(width) or narrow(t, width, dim))
+    torch._dynamo.reset()
+    counters.clear()
+    gpt = model("llama-tiny")
+    eager = gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=14, do_sample=False)
+    compiled = gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=14, do_sample=False, compile=True)
+    assert torch.equal(compiled, eager)
+    assert sorted(set(widths)) == [8, 12, 16, 20]  # prompt 6 + 14 new: the columns written, rounded up to 4
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]  # one graph for every width
+    net, widths[:] = seq2seq("transformer-tiny"), []
+    assert compiled_equals_eager(net, sources(net), None, num_beams=3)  # beams reordered in the narrowed buffers
+    assert sorted(set(widths)) == [4, 8, 10] and counters["stats"]["unique_graphs"] == 2  # 10 target positions
 
 
 def compiled_equals_eager(net, ids, mask, **options):

@@ -153,16 +153,29 @@ def comparison_rows(r: dict[str, Any]) -> list[str]:
     return [f"| {row} |" for row in rows]
 
 
+def _ceiling(r: dict[str, Any], extra: dict[str, Any]) -> str:
+    """The memory-bandwidth bound of a batch-1 generation case and the share of it each side reaches: one
+    ceiling, or (``-llamacpp`` cases) one for each side by the bytes it reads per token (f32, int8, q8_0), a side
+    not named reading what ours does."""
+    ceiling, read = extra["ceiling_tokens_per_s"], extra["weight_bytes_per_token"]
+    gbs = extra["memory_bandwidth_bytes_per_s"] / 1e9
+    if not isinstance(ceiling, dict):
+        shares = ", ".join(f"{k} {_share(v['throughput'] / ceiling)}" for k, v in r["sides"].items())
+        return (f" Memory-bandwidth ceiling: {_mib(read)} of weights read per token at a measured {gbs:.1f} GB/s = "
+                f"{ceiling:.1f} tokens/s; reached: {shares}.")
+    bounds = "; ".join(f"{k} {_mib(read[k])} = {ceiling[k]:.1f} tokens/s" for k in ceiling)
+    shares = ", ".join(f"{k} {_share(v['throughput'] / ceiling.get(k, ceiling['aiayn']))}"
+                       for k, v in r["sides"].items())
+    return (f" Memory-bandwidth ceilings at a measured {gbs:.1f} GB/s, by the weights each side reads per token: "
+            f"{bounds}; reached: {shares}.")
+
+
 def _notes(r: dict[str, Any]) -> str:
     """The case's line under "What each case measures"."""
     line = f"- `{r['case']}`: {r['what']}."
     extra = r.get("extra", {})
     if "ceiling_tokens_per_s" in extra:
-        ceiling = extra["ceiling_tokens_per_s"]
-        shares = ", ".join(f"{k} {_share(v['throughput'] / ceiling)}" for k, v in r["sides"].items())
-        line += (f" Memory-bandwidth ceiling: {_mib(extra['weight_bytes_per_token'])} of weights read per token at a "
-                 f"measured {extra['memory_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s = {ceiling:.1f} tokens/s; "
-                 f"reached: {shares}.")
+        line += _ceiling(r, extra)
     if "agreement_with_float32" in extra:
         shares = ", ".join(f"{k} {v:.1%}" for k, v in extra["agreement_with_float32"].items())
         line += f" Tokens equal to ours' at float32, position by position: {shares}"

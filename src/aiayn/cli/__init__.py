@@ -181,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
                                      "--docs (this repository's: --out benchmarks/results --docs docs/benchmarks.md)")
     b.add_argument("cases", nargs="*", metavar="CASE",
                    help="cases to run (default: all; --list names them; the -ct2 and -ort cases, against "
-                        "CTranslate2 and onnxruntime, need pip install \"aiayn[bench]\")")
+                        "CTranslate2 and onnxruntime, need pip install \"aiayn[bench]\"; the -llamacpp cases "
+                        "llama-cpp-python and its converter: bash benchmarks/llamacpp.sh)")
     b.add_argument("--list", action="store_true", help="print the cases' names and exit")
     b.add_argument("--compile", action="store_true",
                    help="run each CASE's compiled variant, CASE-compiled (ours over a static cache, the step "

@@ -239,7 +239,7 @@ def beam_search(
     # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
     src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
     memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
-    static = StaticSeq2Seq(model, memory, src_k, max_len, compile=True) if compile else None
+    static = StaticSeq2Seq(model, memory, src_k, max_len, compile=True, beams=True) if compile else None
     cache = net.new_cache(max_len) if use_cache and static is None else None
 
     def step(seqs: Tensor, t: int) -> Tensor:
@@ -323,7 +323,7 @@ def beam_search_lm(
     static = None
     if compile:
         written = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device) if real is None else real
-        static = StaticGPT(model, written, compile=True)
+        static = StaticGPT(model, written, compile=True, beams=True)
     cache = made if use_cache and static is None else None
 
     def step(seqs: Tensor, t: int) -> Tensor:

@@ -17,13 +17,20 @@ the buffers (:class:`StaticGPT`). An encoder-decoder has no prefill: its first s
 first step (:class:`StaticSeq2Seq`). Then :meth:`Static.step` runs the one-token step, eager or through
 ``torch.compile`` (inductor's C++ on a CPU, ``mode="reduce-overhead"``, i.e. CUDA graphs, on a GPU). The step is
 a function of tensors alone (the position is a tensor), so it is compiled once per batch size and buffer length
-and reused by every later generation of that shape in the process. The cost of a step follows the buffer, prompt
-plus new tokens, not the model's ``max_len``: at most twice what the filled columns cost.
+and reused by every later generation of that shape in the process. A step attends over the columns written so
+far rounded up to :data:`BUCKET` (16), not the whole buffer: that width is a dynamic size of the one compiled
+step, so the cost follows what is filled without a compile per width.
 
-Beam search reorders rows in place (:meth:`Static.reorder`): the surviving beams' rows are copied over the
-first rows of the same buffers, so the compiled step keeps its shapes; when sentences finish, their rows leave
-the front of the batch and the step computes the rows behind them without reading their logits (the batch
-never shrinks, so nothing is compiled again).
+Beam search reorders rows without copying the buffers (:meth:`Static.reorder`): a table ``read_from`` ``(B, L)``
+says which buffer row holds each hypothesis' column, and the step reads the keys and values through it. Column
+c is written once, at step c, by every row, so no cell a hypothesis still reads is ever overwritten:
+
+    step 3 wrote column 3; the survivors are rows 1 1 0 2      read_from    0 1 2 3 | 4
+    hypothesis 0 continues row 1: its columns 0-3 are read      row 0       1 1 1 1 | 0   column 4: its own row
+    from buffer row 1, its new column 4 written in row 0        row 1       1 1 1 1 | 1
+
+When sentences finish, their rows leave the front of the batch and the step computes the rows behind them without
+reading their logits (the batch never shrinks, so nothing is compiled again).
 
 Shapes: B batch (x beams), A the rows still decoding (<= B), P prompt length (padded), L = P + new tokens,
 S source length, H kv heads, D head dim, V vocabulary.
@@ -47,10 +54,18 @@ class StaticKVCache:
     key and value ``(B, H, 1, D)`` at its column of ``index`` (a ``(B,)`` tensor shared by every layer) and returns
     the whole buffers. Every row writes the same column (``index_copy_`` of one column: inductor writes it in
     place), unless ``apart``: each row its own (:class:`StaticSlots`; indexed by row and column, not a scatter,
-    which inductor runs 3x slower)."""
+    which inductor runs 3x slower). Within a step (:meth:`within`) it returns the first ``width`` columns, and
+    with ``rows`` ``(B, width)`` row b's column c is read from buffer row ``rows[b, c]`` (beam search's
+    hypotheses, reordered in that table instead of in the buffers)."""
 
-    def __init__(self, k: Tensor, v: Tensor, index: Tensor, apart: bool = False) -> None:
-        self.k, self.v, self.index, self.apart = k, v, index, apart
+    def __init__(self, k: Tensor, v: Tensor, index: Tensor, apart: bool = False, width: int | None = None,
+                 rows: Tensor | None = None) -> None:
+        self.k, self.v, self.index, self.apart, self.width, self.rows = k, v, index, apart, width, rows
+
+    def within(self, width: int, rows: Tensor | None = None) -> StaticKVCache:
+        """The same buffers, :meth:`append` returning their first ``width`` columns only (those written so far,
+        rounded up to a :data:`BUCKET`): what a step attends over; read through ``rows`` if given."""
+        return StaticKVCache(self.k, self.v, self.index, self.apart, width, rows)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if self.apart:  # row b's column index[b] (B, H, D): an index_put_, which inductor writes in place
@@ -61,7 +76,13 @@ class StaticKVCache:
             at = self.index[:1] % self.k.size(2)
             self.k.index_copy_(2, at, k)
             self.v.index_copy_(2, at, v)
-        return self.k, self.v
+        if self.width is None:
+            return self.k, self.v
+        k, v = self.k[:, :, : self.width], self.v[:, :, : self.width]  # (a view of all of them at full width)
+        if self.rows is None:
+            return k, v
+        columns = torch.arange(self.width, device=k.device)  # each hypothesis' column c from row rows[b, c]
+        return k[self.rows, :, columns].transpose(1, 2), v[self.rows, :, columns].transpose(1, 2)  # (B, H, W, D)
 
 
 class _Layer:
@@ -75,15 +96,20 @@ class _Layer:
         assert self.cross is not None  # projected by StaticSeq2Seq before the first step
         return self.cross
 
+    def within(self, width: int, rows: Tensor | None) -> _Layer:
+        return _Layer(self.self_attn.within(width, rows), self.cross)
+
 
 def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, real: Tensor, positions: Tensor,
-              held: Tensor, window: int) -> Tensor:
+              held: Tensor, window: int, rows: Tensor | None = None) -> Tensor:
     """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)``, each row's at its column of ``index`` ``(B,)``: a
     function of tensors (and the constant ``window``), the same shapes at every step, so that ``torch.compile``
     compiles it once. ``held`` ``(R,)``: the column each buffer column holds (itself, or in a sliding window's
     ring of R = W columns, the last column written there); a key is seen if it is a real token, written, and
-    within the last ``window`` columns."""
+    within the last ``window`` columns. ``rows`` ``(B, R)``: the buffer row each column is read from (beam
+    search), or ``None``: its own."""
     c = index[:, None]  # (B, 1)
+    layers = [layer.within(held.size(0), rows) for layer in layers]  # the columns attended: held's
     held.index_copy_(0, index[:1] % held.size(0), index[:1])  # the column written now (a ring's oldest goes)
     seen = real.index_select(1, held) & (held <= c) & (held > c - window)  # (B, R)
     mask = seen[:, None, None, :]  # (B, 1, 1, R)
@@ -95,10 +121,12 @@ def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, re
 
 
 def _seq2seq_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, memory_mask: Tensor,
-                  columns: Tensor) -> Tensor:
+                  columns: Tensor, rows: Tensor | None = None) -> Tensor:
     """An encoder-decoder's logits ``(B, V)`` of target ``token`` ``(B, 1)`` at position ``index`` ``(B,)``, its
-    cross-attention reading the keys and values in ``layers`` (``memory_mask`` ``(B, 1, 1, S)``)."""
-    mask = (columns <= index[:, None])[:, None, None, :]  # (B, 1, 1, L): the columns written so far
+    cross-attention reading the keys and values in ``layers`` (``memory_mask`` ``(B, 1, 1, S)``), over the
+    ``columns`` ``(L',)`` written so far (``rows`` as :func:`_gpt_step`'s)."""
+    mask = (columns <= index[:, None])[:, None, None, :]  # (B, 1, 1, L'): the columns written so far
+    layers = [layer.within(columns.size(0), rows) for layer in layers]  # attending over the first L' <= L columns
     x = model.tgt_embed(token, position_ids=index[:, None])  # (B, 1, C)
     hidden = model.decoder(x, memory=None, self_mask=mask, memory_mask=memory_mask, is_causal=False,
                            caches=layers)  # (B, 1, C)
@@ -120,6 +148,29 @@ def check_cache(compile: bool, use_cache: bool) -> None:
     """Refuse ``compile=True`` with ``use_cache=False``: the compiled step decodes over a static cache."""
     if compile and not use_cache:
         raise ValueError("compile=True decodes over a static cache: it needs use_cache=True")
+
+
+# A step attends over the columns written so far rounded up to BUCKET columns, a size the compiled step takes as
+# dynamic (one compile), so its cost follows the generation, not the buffer; None: over the whole buffer.
+BUCKET: int | None = 16
+
+
+# Beam search reorders its hypotheses in a table of rows the step reads the buffers through (Static.read_from),
+# not by copying the buffers' rows every step; False: copied. Measured by benchmarks/compiled_step_switches.py.
+BEAM_TABLE = True
+
+# The buffers hold a column more than is ever attended: a width is then never the whole buffer, whose view (its
+# strides matching its size) the compiled step would take as another case and compile again.
+SPARE = 1
+
+
+def _narrow(columns: Tensor, width: int, dim: int = 0) -> Tensor:
+    """The first ``width`` of ``columns`` along ``dim``, that size dynamic to ``torch.compile`` (not compiled
+    again per width) unless BUCKET is None (the width is then always the buffers' L)."""
+    columns = columns.narrow(dim, 0, width)
+    if BUCKET is not None:
+        torch._dynamo.maybe_mark_dynamic(columns, dim)
+    return columns
 
 
 _compiled: dict[tuple[str, str], Any] = {}  # torch.compile of a step, by step and device type: once per process
@@ -149,13 +200,20 @@ class Static(abc.ABC):
         self.per_row: list[Tensor] = []  # (B, ...) tensors besides the buffers, reordered with them
         self.batch = self.rows = 0  # buffer rows; the first ``rows`` of them are decoding
         self.filled = 0  # the columns written so far
+        self.read_from: Tensor | None = None  # (B, L+1) beam search's: the buffer row each row's column is in
         self.run = compiled_step(device, step) if compile else step
         if compile:
             refuse_int8(model)
 
+    def _read_through_a_table(self) -> None:
+        """Reorder beams in :attr:`read_from`, each row reading its own buffer row to begin with."""
+        rows = torch.arange(self.index.numel(), device=self.index.device)
+        self.read_from = rows[:, None].repeat(1, self.length + SPARE)  # (B, L + 1), a column spare as the buffers
+
     @abc.abstractmethod
-    def _inputs(self) -> tuple[Tensor, ...]:
-        """What the step reads besides the token, the column and the buffers (each kind of model its own)."""
+    def _inputs(self, width: int) -> tuple[Tensor, ...]:
+        """What the step reads besides the token, the column and the buffers (each kind of model its own),
+        attending over the first ``width`` columns."""
 
     def step(self, token: Tensor, column: int) -> Tensor:
         """The logits ``(A, V)`` of the rows decoding after their ``token`` ``(A,)``, written at ``column``."""
@@ -170,19 +228,29 @@ class Static(abc.ABC):
         if self.rows < self.batch:  # rows that left: computed, not read
             token = torch.cat([token, token.new_zeros(self.batch - self.rows)])
         token = token.contiguous()[:, None]  # (B, 1), the same strides at every step (a column of ids has others)
-        logits = self.run(self.model, self.layers, token, self.index, *self._inputs())  # (B, V)
+        width = self.length if BUCKET is None else min(self.length, -(-(column + 1) // BUCKET) * BUCKET)
+        read_from = None if self.read_from is None else _narrow(self.read_from, width, dim=1)
+        logits = self.run(self.model, self.layers, token, self.index, *self._inputs(width), read_from)  # (B, V)
         logits = logits[: self.rows]
         return logits.clone() if logits.is_cuda else logits  # CUDA graphs write their outputs again next step
 
     def reorder(self, index: Tensor, fewer: bool = True) -> None:
         """Make the rows decoding the rows ``index`` ``(A',)`` of those decoding now (beam search's survivors),
         in the first ``A'`` rows of the buffers. ``fewer=False``: ``index`` only moves rows among the beams of
-        one input, whose other per-row tensors are alike, so only the self-attention buffers are copied."""
+        one input, whose other per-row tensors are alike, so only the self-attention buffers are copied.
+
+        With :attr:`read_from` nothing of the buffers is copied: the table's rows move instead (B x L ids, not
+        B x H x L x D floats in every layer). No cell is written twice (column c is written once, at step c, by
+        every row), so a cell that some hypothesis still reads is never overwritten; the columns not yet written
+        keep their own row."""
         n = index.numel()
-        for layer in self.layers:
+        if self.read_from is not None:
+            self.read_from[:n, : self.filled] = self.read_from[:, : self.filled].index_select(0, index)
+        for layer in self.layers if self.read_from is None else ():
             for buffer in (layer.self_attn.k, layer.self_attn.v):
                 filled = min(self.filled, buffer.size(2))  # the buffers' other columns are not read
                 buffer[:n, :, :filled] = buffer[:, :, :filled].index_select(0, index)
+        for layer in self.layers:
             if fewer and layer.cross is not None:
                 for t in layer.cross:
                     t[:n] = t.index_select(0, index)
@@ -214,9 +282,11 @@ class StaticGPT(Static):
             the prompt and every new token.
         compile: run :meth:`step` through ``torch.compile`` (:func:`compiled_step`); ``False``: the same step
             eagerly (what the compiled one is tested equal to).
+        beams: :meth:`reorder` moves the rows of a table the step reads the buffers through, not the buffers
+            (:attr:`Static.read_from`; a ring's buffers are copied: its columns are written again).
     """
 
-    def __init__(self, model: nn.Module, real: Tensor, compile: bool = False) -> None:
+    def __init__(self, model: nn.Module, real: Tensor, compile: bool = False, beams: bool = False) -> None:
         _check_gpt(model, real.size(1))
         super().__init__(model, _gpt_step, real.size(0), real.size(1), real.device, compile)
         self.real = real.clone()
@@ -225,9 +295,12 @@ class StaticGPT(Static):
         window = cast(Any, model).cfg.attention_window
         self.window = self.length + 1 if window is None else window  # every column, or the last W
         self.held = torch.arange(min(self.length, self.window), device=real.device)  # (R,) a ring when W < L
+        if beams and BEAM_TABLE and self.held.numel() == self.length:
+            self._read_through_a_table()
 
-    def _inputs(self) -> tuple[Any, ...]:
-        return self.real, self.positions, self.held, self.window
+    def _inputs(self, width: int) -> tuple[Any, ...]:
+        held = self.held if self.held.numel() < self.length else _narrow(self.held, width)  # a ring: all of it
+        return self.real, self.positions, held, self.window
 
     def prefill(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """The logits ``(B, V)`` of the last prompt position; ``ids`` ``(B, P)``, the prompts (eager, the
@@ -237,12 +310,13 @@ class StaticGPT(Static):
         cache = DecoderCache(len(model.decoder.layers), p)
         hidden = model.features(ids, attention_mask=attention_mask, cache=cache)  # (B, P, C)
         ring = self.held.numel()
+        width = ring if ring < self.length else ring + SPARE  # a ring's buffers: its W columns
         kept = torch.arange(max(0, p - ring), p, device=ids.device)  # the prompt's columns a step may still see
         self.held.index_copy_(0, kept % ring, kept)
         for layer in cache:
             k, v = layer.self_attn.k, layer.self_attn.v  # (B, H, P, D)
             assert k is not None and v is not None  # the prefill filled them
-            kb, vb = k.new_zeros(b, k.size(1), ring, k.size(3)), v.new_zeros(b, v.size(1), ring, v.size(3))
+            kb, vb = k.new_zeros(b, k.size(1), width, k.size(3)), v.new_zeros(b, v.size(1), width, v.size(3))
             kb.index_copy_(2, kept % ring, k[:, :, kept])
             vb.index_copy_(2, kept % ring, v[:, :, kept])
             self.layers.append(_Layer(StaticKVCache(kb, vb, self.index)))
@@ -260,10 +334,11 @@ class StaticSeq2Seq(Static):
         memory: ``(B, S, C)``, the encoder's output (each row repeated for its beams).
         src: ``(B, S)`` the source ids (their padding is masked out of cross-attention).
         length: the most target positions decoded, the start token's included.
-        compile: as :class:`StaticGPT`'s.
+        compile, beams: as :class:`StaticGPT`'s.
     """
 
-    def __init__(self, model: nn.Module, memory: Tensor, src: Tensor, length: int, compile: bool = False) -> None:
+    def __init__(self, model: nn.Module, memory: Tensor, src: Tensor, length: int, compile: bool = False,
+                 beams: bool = False) -> None:
         net: Any = model
         if not hasattr(net, "encode"):
             raise ValueError(f"StaticSeq2Seq decodes an encoder-decoder, not a {type(model).__name__}")
@@ -273,15 +348,17 @@ class StaticSeq2Seq(Static):
         self.memory_mask = padding_mask(src, net.cfg.pad_id).clone()  # (B, 1, 1, S)
         self.per_row = [self.memory_mask]
         b = src.size(0)
+        if beams and BEAM_TABLE:
+            self._read_through_a_table()
         for block in net.decoder.layers:
             attn = block.self_attn
-            k = memory.new_zeros(b, attn.n_kv_heads, length, attn.d_model // attn.n_heads)  # (B, H, L, D)
+            k = memory.new_zeros(b, attn.n_kv_heads, length + SPARE, attn.d_model // attn.n_heads)  # (B, H, L+1, D)
             self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index),
                                       block.cross_attn.project_kv(memory)))  # (B, H, S, D) each
         self.batch = self.rows = b
 
-    def _inputs(self) -> tuple[Tensor, ...]:
-        return self.memory_mask, self.columns
+    def _inputs(self, width: int) -> tuple[Tensor, ...]:
+        return self.memory_mask, _narrow(self.columns, width)
 
 
 class StaticSlots:

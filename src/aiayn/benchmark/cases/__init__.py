@@ -46,12 +46,16 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     gpt2-generate-ort            gpt2-generate's work                          ours in ONNX, onnxruntime    ort
     decode-greedy-ort-compiled   decode-greedy-ort's work, our step compiled   ours eager, onnxruntime      ort
     gpt2-generate-ort-compiled   gpt2-generate-ort's work, our step compiled   the same                     ort
+    llama-124m-generate-llamacpp          llama-124m-generate's work       llama.cpp f32                llamacpp
+    llama-124m-generate-llamacpp-int8     the same, ours int8              llama.cpp q8_0               llamacpp
+    llama-124m-generate-llamacpp-compiled the same, our step compiled      ours eager, llama.cpp f32    llamacpp
 
 Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf`` (the Llama cases go the other
 way: ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder); the
 ``torch.nn.Transformer`` peer gets our weights copied in, and CTranslate2's models are converted from the Hugging
-Face ones. CTranslate2 and onnxruntime are optional (``pip install "aiayn[bench]"``); without them ``aiayn bench``
-skips the ``-ct2`` and ``-ort`` cases.
+Face ones. CTranslate2 and onnxruntime are optional (``pip install "aiayn[bench]"``), llama.cpp too
+(``benchmarks/llamacpp.sh`` builds it); without them ``aiayn bench`` skips the ``-ct2``, ``-ort`` and
+``-llamacpp`` cases.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from collections.abc import Callable
 
 import torch
 
-from aiayn.benchmark.cases import ct2, decoding, generation, ort, training, vision
+from aiayn.benchmark.cases import ct2, decoding, generation, llamacpp, ort, training, vision
 from aiayn.benchmark.harness import Case
 
 CASES: dict[str, Callable[[bool, torch.device], Case]] = {
@@ -95,6 +99,9 @@ CASES: dict[str, Callable[[bool, torch.device], Case]] = {
     "gpt2-generate-ort": ort.gpt2_generate_ort,
     "decode-greedy-ort-compiled": ort.decode_greedy_ort_compiled,
     "gpt2-generate-ort-compiled": ort.gpt2_generate_ort_compiled,
+    "llama-124m-generate-llamacpp": llamacpp.llama_124m_generate_llamacpp,
+    "llama-124m-generate-llamacpp-int8": llamacpp.llama_124m_generate_llamacpp_int8,
+    "llama-124m-generate-llamacpp-compiled": llamacpp.llama_124m_generate_llamacpp_compiled,
 }
 
 __all__ = ["CASES"]

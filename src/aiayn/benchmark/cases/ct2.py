@@ -34,6 +34,7 @@ from aiayn.benchmark.harness import Case, Side, Target, Unavailable, count_flops
 from aiayn.decoding import sample
 
 CT2_LENGTH_PENALTY = 0.6  # section 6.1's alpha, as len ** alpha on every side (CTranslate2 has no GNMT penalty)
+PARITY = Target(1.0)  # ours at least as fast as the engine
 INT8_WORDS = ("in int8 (ours: aiayn.layers.int8.quantize, every Linear and token table, fbgemm's dynamic int8 "
               "products; CTranslate2: int8 weights, compute type int8)")
 
@@ -64,13 +65,14 @@ def agreeing_prefix(got: Tensor, expected: Tensor) -> float:
 
 def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Callable[[nn.Module], Tensor],
                 peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any],
-                flops: float | None = None) -> Case:
+                flops: float | None = None, target: Target = PARITY) -> Case:
     """A case of ours against CTranslate2 (and, at float32, Hugging Face) at ``precision``.
 
     Args:
         model: ours at float32; at ``"int8"`` the sides run :func:`aiayn.layers.int8.quantize` of it.
         ours: decodes with a model, giving the new tokens ``(B, N)``; every peer's ``run`` gives them too.
         unit_shape: ``(B, N)``: every side must take every step.
+        target: what ours should reach against every peer (t_peer / t_ours).
         flops: of one unit, counted by the caller (a compiled side must not run under the FLOP counter: dynamo
             would skip its compiled frame for good); ``None`` counts them on ours.
 
@@ -91,7 +93,7 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
             checks[peer.name] = check
         sides = [Side("aiayn", lambda: ours(model)), *peers]
         return Case(name, what, sides, units=unit_shape[0] * unit_shape[1], unit="tokens", checks=checks,
-                    target=Target(1.0), extra=extra, flops=flops)
+                    target=target, extra=extra, flops=flops)
 
     from aiayn.layers.int8 import quantize
 
@@ -110,11 +112,11 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
     extra["agreement_with_float32"] = {k: agreement(v, reference[0]) for k, v in outputs.items()}
     extra["agreeing_prefix_with_float32"] = {k: agreeing_prefix(v, reference[0]) for k, v in outputs.items()}
     return Case(name, what, [Side("aiayn", lambda: ours(small)), *peers], units=unit_shape[0] * unit_shape[1],
-                unit="tokens", checks=checks, target=Target(1.0), flops=flops, extra=extra)
+                unit="tokens", checks=checks, target=target, flops=flops, extra=extra)
 
 
-def _compiled(name: str, ours: Callable[[nn.Module, bool], Tensor], model: nn.Module, peers: list[Side],
-              extra: dict[str, Any]) -> tuple[Callable[[nn.Module], Tensor], list[Side], float]:
+def compiled_sides(ours: Callable[[nn.Module, bool], Tensor], model: nn.Module, peers: list[Side],
+                   extra: dict[str, Any]) -> tuple[Callable[[nn.Module], Tensor], list[Side], float]:
     """A ``-compiled`` case's parts: ours compiled (its first call, the compile, timed into ``extra``), ours eager
     as the first peer, and the FLOPs counted on the eager side."""
     start = time.perf_counter()
@@ -157,7 +159,7 @@ def gpt2_ct2(precision: str, quick: bool, device: torch.device, compile: bool = 
     run_ours: Callable[[nn.Module], Tensor] = generate
     flops = None
     if compile:
-        run_ours, peers, flops = _compiled("gpt2-generate-ct2-compiled", generate, g.ours, peers, extra)
+        run_ours, peers, flops = compiled_sides(generate, g.ours, peers, extra)
     how = "over a static cache, the step compiled" if compile else "with the KV cache"
     what = (f"gpt2 ({millions(g.ours)} parameters, random weights) greedy generation {how}, batch 1, "
             f"{t}-token prompt, {new} new tokens, {words}, against {'our eager decoding, ' if compile else ''}"
@@ -242,7 +244,7 @@ def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: t
     run_ours: Callable[[nn.Module], Tensor] = translate
     flops = None
     if compile:
-        run_ours, peers, flops = _compiled(name, translate, tr.ours, peers, extra)
+        run_ours, peers, flops = compiled_sides(translate, tr.ours, peers, extra)
     cache = "over a static cache, the step compiled" if compile else "with our KV cache"
     what = (f"translation, {how} {cache}, {words}, against {'our eager decoding, ' if compile else ''}{against} "
             f"(CTranslate2 {ct2.version()}, {threads()}) on the same weights ({describe(cfg)}), batch {src.size(0)} "
@@ -287,7 +289,8 @@ def decode_beam_ct2_compiled(quick: bool, device: torch.device) -> Case:
     return translation_ct2("decode-beam-ct2-compiled", 4, "float32", quick, device, compile=True)
 
 
-__all__ = ["CT2_LENGTH_PENALTY", "against_ct2", "agreeing_prefix", "agreement", "decode_beam_ct2",
+__all__ = ["CT2_LENGTH_PENALTY", "INT8_WORDS", "against_ct2", "agreeing_prefix", "agreement", "compiled_sides",
+           "decode_beam_ct2",
            "decode_beam_ct2_compiled", "decode_beam_ct2_int8", "decode_greedy_ct2", "decode_greedy_ct2_compiled",
            "decode_greedy_ct2_int8", "gpt2_ct2", "gpt2_generate_ct2", "gpt2_generate_ct2_compiled",
            "gpt2_generate_ct2_int8", "llama_124m_generate_b16_ct2", "llama_124m_generate_ct2", "llama_ct2",
