@@ -296,7 +296,8 @@ def _update(model, batches, optimizer, loss_fn, scheduler, clip, accum, params, 
     signalled: float = len(interrupted)
     totals: Tensor | None = None
     if distributed.active():  # the whole update's numbers, the same on every rank, before dividing by the tokens
-        totals = _all_sum([*_sum_pairs(sums), n_total, signalled], where)  # (4,) on the device, not read yet
+        # summed in float64 as the one-process branch sums the host numbers, so both give the same records
+        totals = _all_sum([*_sum_pairs([s.to(torch.float64) for s in sums]), n_total, signalled], where)  # (4,)
         n_total = totals[2]
     if scaler is not None:
         scaler.unscale_(optimizer)  # back to the true gradients before they are divided, clipped and measured
