@@ -4,6 +4,13 @@ one process, so a lasting slowdown after CTranslate2's first call would bias eve
     python benchmarks/ct2_interference.py [--threads 2] [--repeats 5]
     python benchmarks/ct2_interference.py --quick     # toy sizes, into a temporary folder
 
+It did, on a 2-core VM, 3-7x: torch puts its ``libgomp`` in the process' global symbol scope, so CTranslate2
+imported after it binds its OpenMP calls there, and the team its worker thread then keeps in torch's runtime makes
+that runtime count more threads than cores, after which its threads sleep between parallel regions instead of
+spinning. :func:`aiayn.convert.ctranslate2.require` now imports CTranslate2 with ``RTLD_DEEPBIND``, so it calls the
+runtime it ships. Each way of importing (``--openmp own``, ours; ``torch``, a plain ``import ctranslate2``) is
+measured in a process of its own, and both go in the results.
+
 In one process, with ``--threads`` torch threads (CTranslate2's ``intra_threads`` the same, as the cases set it):
 a loop of 2,000 elementwise ops on 200,000 floats (each one OpenMP parallel region, written into one buffer: no
 allocation) and our compiled greedy decoding of the Marian-shaped ``decode-greedy-ct2`` work are timed (best of
@@ -14,6 +21,9 @@ idle seconds. The slowdown is after / before. Writes ``benchmarks/results/ct2_in
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +48,16 @@ def best(fn: Callable[[], Any], repeats: int) -> float:
     return min(times)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5, help="timed calls of each, the best kept (default 5)")
-    args = script_args(p, argv, {"repeats": 2}, "ct2-interference", results=RESULTS)
+OPENMP = ("own", "torch")  # CTranslate2 imported to call the OpenMP runtime it ships, or torch's (a plain import)
+
+
+def measure(openmp: str, threads: int, repeats: int, quick: bool) -> dict[str, Any]:
+    """The rows and CTranslate2's call time, in this process, CTranslate2 imported the ``openmp`` way."""
+    if openmp == "torch":
+        import ctranslate2  # noqa: F401  (before ct2.require: a plain import, bound to torch's runtime)
     ct2.require()
-    torch.set_num_threads(args.threads)
-    tr = translation(args.quick, torch.device("cpu"))
+    torch.set_num_threads(threads)
+    tr = translation(quick, torch.device("cpu"))
     cfg = tr.cfg
     x = torch.randn(200_000)
     y = torch.empty_like(x)
@@ -64,20 +76,41 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         ours()  # the compile
         work = {"elementwise_loop": elementwise, "ours_compiled_greedy": ours}
-        rows: dict[str, dict[str, float]] = {name: {"before_s": best(fn, args.repeats)} for name, fn in work.items()}
+        rows: dict[str, dict[str, float]] = {name: {"before_s": best(fn, repeats)} for name, fn in work.items()}
         ct2_s = best(lambda: translator.translate_batch(source, beam_size=1, max_decoding_length=tr.new), 1)
         for name, fn in work.items():
-            rows[name]["after_ct2_s"] = best(fn, args.repeats)
+            rows[name]["after_ct2_s"] = best(fn, repeats)
         time.sleep(3)
         for name, fn in work.items():
             row = rows[name]
-            row["after_3_idle_s"] = best(fn, args.repeats)
+            row["after_3_idle_s"] = best(fn, repeats)
             row["slowdown"] = round(row["after_ct2_s"] / row["before_s"], 2)
-            print(name, {k: round(v, 4) for k, v in row.items()}, flush=True)
+            print(openmp, name, {k: round(v, 4) for k, v in row.items()}, file=sys.stderr, flush=True)
+    return {"ctranslate2_call_s": round(ct2_s, 4), "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=5, help="timed calls of each, the best kept (default 5)")
+    p.add_argument("--openmp", choices=OPENMP, help="measure only this way, here, and print it as JSON (the "
+                                                     "script runs itself once per way in a fresh process)")
+    args = script_args(p, argv, {"repeats": 2}, "ct2-interference", results=RESULTS)
+    if args.openmp:
+        print(json.dumps(measure(args.openmp, args.threads, args.repeats, args.quick)))
+        return
+    ct2.require()
+    ways = {}
+    for way in OPENMP:
+        flags = ["--openmp", way, "--threads", str(args.threads), "--repeats", str(args.repeats), "--out", args.out]
+        done = subprocess.run([sys.executable, __file__, *flags, *(["--quick"] if args.quick else [])],
+                              stdout=subprocess.PIPE, text=True, check=True)
+        ways[way] = json.loads(done.stdout.splitlines()[-1])
     write_results(args.out, "ct2_interference", {
-        "what": "torch work timed before and after CTranslate2's first call in the same process",
+        "what": "torch work timed before and after CTranslate2's first call in the same process, CTranslate2 "
+                "imported to call its own OpenMP runtime (own, what aiayn does) or torch's (torch, a plain import)",
         "threads": args.threads, "repeats": args.repeats, "quick": args.quick, "ctranslate2": ct2.version(),
-        "ctranslate2_call_s": round(ct2_s, 4), "machine": machine(torch.device("cpu")), "rows": rows})
+        "machine": machine(torch.device("cpu")), "openmp": ways})
 
 
 if __name__ == "__main__":

@@ -319,3 +319,21 @@ def test_the_quantizations_offered_are_ctranslate2_s():
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
     assert set(QUANTIZATIONS) == set(ACCEPTED_MODEL_TYPES)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RTLD_DEEPBIND and LD_DEBUG are glibc's")
+def test_ctranslate2_calls_its_own_openmp_runtime_not_torchs():
+    """Imported after torch, CTranslate2's library binds its OpenMP calls to the runtime it ships (torch's sits in
+    the global scope and would otherwise win; its teams then slow torch's, benchmarks/ct2_interference.py)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    shipped = Path(ctranslate2.__file__).parent.parent / "ctranslate2.libs"
+    if not any(shipped.glob("libgomp*")):
+        pytest.skip("this CTranslate2 build does not ship its own libgomp")
+    code = "import torch; from aiayn.convert.ctranslate2 import require; require()"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LD_DEBUG": "bindings"},
+                          capture_output=True, text=True, timeout=120, check=True)
+    bound = [line for line in done.stderr.splitlines() if "libctranslate2" in line and "`GOMP_parallel'" in line]
+    assert bound and all("ctranslate2.libs/libgomp" in line for line in bound), bound

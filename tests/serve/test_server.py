@@ -191,7 +191,10 @@ def test_a_client_that_goes_away_frees_its_row(runs, serve):
 
         with httpx.Client(base_url=url, timeout=30) as c, c.stream(
                 "POST", "/v1/completions", json={**ask, "stream": True}) as r:
-            next(r.iter_lines())  # the first piece came (sent by the prefill, a moment before the row is packed)
+            # the first piece came (sent by the prefill, a moment before the row is packed). The iterator is kept:
+            # a dropped one is closed, and closing it closes the connection, which frees the row too early to see
+            lines = r.iter_lines()
+            next(lines)
             assert within(lambda: len(batch.rows) == 1)  # the row is decoding
         assert freed()  # long before its 200 steps (4 s here)
         with pytest.raises(httpx.ReadTimeout):  # not streamed: the same when the client gives up waiting

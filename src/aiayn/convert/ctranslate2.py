@@ -86,12 +86,36 @@ def require() -> Any:
     """
     for name in ("transformers", "ctranslate2"):
         try:
-            __import__(name)
+            __import__(name) if name == "transformers" else _import_own_openmp()
         except ImportError as e:
             raise ImportError(f"CTranslate2 export needs {name}, an optional dependency: {INSTALL}") from e
     import ctranslate2
 
     return ctranslate2
+
+
+def _import_own_openmp() -> None:
+    """Import ``ctranslate2`` so that it calls the OpenMP runtime it ships, not torch's.
+
+    torch loads its ``libgomp`` into the process' global symbol scope, so a library loaded after it binds its
+    OpenMP calls there: CTranslate2's worker thread then keeps a second team of threads in torch's runtime, which
+    counts more threads than cores and from then on sleeps instead of spinning between parallel regions, every
+    small torch operation paying a wake-up (``benchmarks/ct2_interference.py`` measured 3-7x slower torch work after
+    one CTranslate2 call on a 2-core VM). ``RTLD_DEEPBIND`` makes CTranslate2's library look in its own
+    dependencies first, as it does in a process of its own. Only where the platform has the flag (glibc), and only
+    at the first import."""
+    import sys
+
+    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    if "ctranslate2" in sys.modules or not deepbind:
+        __import__("ctranslate2")
+        return
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | deepbind)
+    try:
+        __import__("ctranslate2")
+    finally:
+        sys.setdlopenflags(flags)
 
 
 def check_convertible(model: nn.Module, quantization: str | None = None) -> None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from aiayn.benchmark.harness import Unavailable
 from aiayn.convert.ctranslate2 import EncoderDecoderLoader, Vocabulary
+from aiayn.convert.ctranslate2 import require as export_require
 
 PRECISIONS = ("float32", "int8")  # CTranslate2's weight quantization and compute type, by the same name
 
@@ -37,10 +38,9 @@ def require() -> Any:
         Unavailable: it is not installed (the message says how to install it).
     """
     try:
-        import ctranslate2
+        return export_require()  # imported to call its own OpenMP runtime, not torch's
     except ImportError as e:
         raise Unavailable('needs CTranslate2, an optional dependency: pip install "aiayn[bench]"') from e
-    return ctranslate2
 
 
 def version() -> str:
