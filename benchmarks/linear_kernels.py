@@ -3,6 +3,7 @@
 
     python benchmarks/linear_kernels.py [--threads 1] [--rounds 7]
     python benchmarks/linear_kernels.py --quick          # small sizes, seconds, into a temporary folder
+    python benchmarks/linear_kernels.py --streamed --threads 2   # a decoding step's products, weights streamed
 
 Products of 1 to 1,024 rows (decoding's one row per sequence, up to a prompt's or an encoder's many) by the
 matrices of small and GPT-2/Llama-124M-sized models, with a bias, no gradient; the three take their rounds in
@@ -11,6 +12,12 @@ with the machine): on AVX2 the swapped product beat ``F.linear`` for few rows, o
 for matrices of a million weights or more, which is how ``fast.SWAP_FEW_ROWS`` and ``fast.ONEDNN_MIN`` route
 them. Writes ``benchmarks/results/linear_kernels.json``: each product's median microseconds and ``F.linear``'s
 time over each other's.
+
+Each product above runs again and again on one matrix, which a large cache then holds; a decoding step reads
+every matrix once, from memory. ``--streamed`` times that: the products of one GPT-2 step (12 layers of 768 x
+2304, 768 x 768, 768 x 3072 and 3072 x 768, then the 50,257-token output layer; 472 MiB) in turn, by
+``F.linear`` and by oneDNN, for 1 to 64 rows, and the bandwidth each reaches (bytes of weights over the time).
+This is what ``fast.ONEDNN_MIN_ROWS`` follows. Writes ``linear_kernels_streamed.json``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ MATRICES = [(384, 128), (128, 512), (768, 768), (1280, 768), (2048, 768), (768, 
 ROWS = [1, 4, 16, 64, 256, 1024]
 MOST = 1024 * 2048 * 768  # multiply-adds: larger products are left out (seconds each, and nothing new)
 QUICK = [(1, 32, 48), (4, 64, 48)]  # (rows, out, in)
+GPT2_STEP = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]  # (out, in), in order
+STREAMED_ROWS = [1, 2, 3, 4, 16, 64]
 
 
 def products(rows: int, o: int, k: int) -> dict:
@@ -41,12 +50,46 @@ def products(rows: int, o: int, k: int) -> dict:
     return calls
 
 
+def streamed(quick: bool, rounds: int) -> list[dict]:
+    """Per row count, each kernel's median time over a GPT-2 step's products (:data:`GPT2_STEP`; two small
+    matrices under ``quick``) and the bandwidth it reaches."""
+    shapes = [(64, 48), (48, 64)] if quick else GPT2_STEP
+    weights = [(torch.randn(o, k), torch.randn(o)) for o, k in shapes]
+    nbytes = sum(w.numel() * w.element_size() for w, _ in weights)
+    kernels = {"F.linear": F.linear}
+    if fast._ONEDNN:
+        kernels["oneDNN"] = fast.linear_onednn
+    rows = []
+    for n in STREAMED_ROWS[:2] if quick else STREAMED_ROWS:
+        inputs = {k: torch.randn(n, k) for k in {k for _, k in shapes}}
+
+        def step(kernel, inputs=inputs):
+            return lambda: [kernel(inputs[w.size(1)], w, b) for w, b in weights]
+
+        times = median_times({name: step(kernel) for name, kernel in kernels.items()}, rounds, 1)
+        row = {"rows": n, "weight_bytes": nbytes, **times,
+               **{f"{name} GB/s": round(nbytes / t / 1e3, 1) for name, t in times.items()},
+               **{f"F.linear / {name}": round(times["F.linear"] / t, 2) for name, t in times.items()
+                  if name != "F.linear"}}
+        print("  ".join(f"{key} {value}" for key, value in row.items()), flush=True)
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=7, help="rounds per product, alternating (default 7)")
+    p.add_argument("--streamed", action="store_true", help="a decoding step's products, weights read from memory")
     args = script_args(p, argv, {}, "linear-kernels", results=RESULTS)
     torch.set_num_threads(args.threads)
+    if args.streamed:
+        with torch.no_grad():
+            steps = streamed(args.quick, args.rounds)
+        write_results(args.out, "linear_kernels_streamed", {
+            "name": "linear_kernels_streamed", "quick": args.quick, "threads": args.threads,
+            "unit": "microseconds a step, median", "machine": machine(), "steps": steps})
+        return
     sizes = QUICK if args.quick else [(n, o, k) for o, k in MATRICES for n in ROWS if n * o * k <= MOST]
     rows = []
     with torch.no_grad():

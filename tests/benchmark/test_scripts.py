@@ -338,6 +338,16 @@ def test_linear_kernels_quick(tmp_path):
         assert row["F.linear / swapped"] == pytest.approx(row["F.linear"] / row["swapped"], abs=0.01)
 
 
+def test_linear_kernels_streamed_quick_reports_each_kernels_bandwidth(tmp_path):
+    run_script("linear_kernels", "--quick", "--streamed", "--rounds", 1, "--out", tmp_path / "out", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "linear_kernels_streamed.json").read_text())
+    assert result["quick"] and [row["rows"] for row in result["steps"]] == [1, 2]
+    for row in result["steps"]:
+        assert row["weight_bytes"] == (64 * 48 + 48 * 64) * 4  # the quick step's two matrices, float32
+        gbs = row["weight_bytes"] / row["F.linear"] / 1e3
+        assert row["F.linear GB/s"] == pytest.approx(gbs, abs=0.051)  # to 1 decimal
+
+
 def test_llama_ablation_quick_matches_sizes_and_halves_the_cache_with_grouped_heads(tmp_path):
     data = needs_data("tinyshakespeare", "input.txt")
     run_script("llama_ablation", "--quick", "--data", data, "--out", tmp_path / "out", cwd=tmp_path)

@@ -3,6 +3,8 @@
 Swin's window attention is tested in ``tests/models/test_swin.py``.
 """
 
+import platform
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -76,14 +78,16 @@ def test_few_rows_product_equals_f_linear_values_and_gradients(shape, bias):
 
 
 @pytest.mark.skipif(not fast._ONEDNN, reason="PyTorch built without oneDNN's linear")
-@pytest.mark.parametrize("shape", [(1, 1, 1024), (3, 5, 1024), (300, 1024)])
-@pytest.mark.parametrize("swap", [True, False])
-def test_onednn_takes_large_matrices_without_gradients_and_equals_f_linear(shape, swap, monkeypatch):
+@pytest.mark.parametrize("shape", [(1, 1, 1024), (2, 1024), (3, 5, 1024), (300, 1024)])
+@pytest.mark.parametrize(("swap", "min_rows"), [(True, 4), (False, 4), (False, 1)])  # AVX2; Intel, AMD AVX-512
+def test_onednn_takes_large_matrices_without_gradients_and_equals_f_linear(shape, swap, min_rows, monkeypatch):
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
+    monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
     torch.manual_seed(0)
     x, w, b = torch.randn(*shape), torch.randn(1024, 1024), torch.randn(1024)
-    one_row = x.numel() == x.size(-1)
-    assert fast.onednn_suits(x, w, b) == (one_row or not swap)  # AVX2: one row only
+    rows = x.numel() // x.size(-1)
+    # AVX2: one row only; elsewhere from ONEDNN_MIN_ROWS (on Intel, fewer stream faster through F.linear's product)
+    assert fast.onednn_suits(x, w, b) == (rows == 1 if swap else rows >= fast.ONEDNN_MIN_ROWS)
     with torch.no_grad():  # outputs of size ~32 (sums of 1024 products): float rounding reaches 2e-5
         got = fast.linear_onednn(x, w, b)
         assert got.shape == (*shape[:-1], 1024) and got.is_contiguous()
@@ -144,11 +148,13 @@ def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activ
     assert results[0][1].abs().sum() > 0  # fc1.weight learns
 
 
-@pytest.mark.parametrize("swap", [True, False])
-def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the_compiler(swap, monkeypatch):
+@pytest.mark.parametrize(("swap", "min_rows"), [(True, 4), (False, 4), (False, 1)])
+def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the_compiler(swap, min_rows,
+                                                                                          monkeypatch):
     # inductor lowers oneDNN's op only for weights its freezing packed, and its own product ran slower: the
     # oneDNN product goes in as the custom op aiayn::linear_onednn; the swapped few-rows product is eager's trick
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
+    monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
     torch._dynamo.reset()
     ops = []
 
@@ -156,14 +162,14 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the
         ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
         return graph.forward
 
-    layer = Linear(1024, 1024)  # ONEDNN_MIN weights: oneDNN's, with one row everywhere, with 3 off AVX2
-    for rows in (1, 3):
+    layer = Linear(1024, 1024)  # ONEDNN_MIN weights: oneDNN's, one row on AVX2, ONEDNN_MIN_ROWS or more elsewhere
+    for rows in (1, 3, 4):
         ops.clear()
         x = torch.randn(rows, 1024)
         with torch.no_grad():
-            got = torch.compile(layer, backend=backend)(x)
+            got = torch.compile(layer, backend=backend, dynamic=False)(x)  # a graph per row count
             torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
-        onednn = fast._ONEDNN and (rows == 1 or not swap)
+        onednn = fast._ONEDNN and (rows == 1 if swap else rows >= fast.ONEDNN_MIN_ROWS)
         assert any("linear_onednn" in op for op in ops) == onednn, ops
         assert not any("addmm" in op for op in ops), ops  # never the swapped product under the compiler
     small = Linear(64, 64)  # below ONEDNN_MIN: F.linear's own op
@@ -171,3 +177,11 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the
     with torch.no_grad():
         torch.compile(small, backend=backend)(torch.randn(3, 64))
     assert ops and not any("onednn" in op or "addmm" in op for op in ops), ops
+
+
+def test_the_fewest_rows_onednn_takes_follow_the_cpus_vendor():
+    # MKL's matrix-vector product (F.linear) is the faster one for 1 to 3 rows on Intel CPUs, oneDNN's on AMD's
+    vendor = fast._cpu_vendor()
+    assert vendor in ("GenuineIntel", "AuthenticAMD") or platform.machine() not in ("x86_64", "AMD64")
+    expected = 4 if vendor == "GenuineIntel" else 1
+    assert expected == fast.ONEDNN_MIN_ROWS

@@ -8,8 +8,9 @@ time and memory of a whole run is in ``docs/benchmarks.md``, the timings of sing
 
     trick                          stands in for                  buys
     :func:`linear_onednn`          ``F.linear`` (Linear)          no gradient, a large matrix: oneDNN's inner
-                                                                  product (one row on AVX2, any rows elsewhere),
-                                                                  under ``torch.compile`` too (an opaque op)
+                                                                  product (one row on AVX2, 4 rows or more
+                                                                  elsewhere), under ``torch.compile`` too (an
+                                                                  opaque op)
     :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows on AVX2 (decoding): the BLAS used the
                                                                   fast way round
     :func:`feedforward_no_grad`    ``FeedForward.forward``        no gradient: no hidden layer the size of the
@@ -42,15 +43,31 @@ from aiayn.layers.vision import window_index
 
 ENABLED = True  # the one switch: False runs every layer's plain path
 
+
+def _cpu_vendor() -> str:
+    """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``, ``AuthenticAMD``), else ``""``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 FEW_ROWS = 256  # at most this many rows take the swapped product (CPU, AVX2); more keep F.linear
 ONEDNN_MIN = 1 << 20  # from this many weights a product needing no gradient takes oneDNN's (CPU)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-# Which product is fastest depends on the CPU's instructions (benchmarks/linear_kernels.py; the timings are in
-# docs/kernels.md): on AVX2, F.linear hands few rows to the BLAS the slow way round and (W x^T)^T is faster, and
-# oneDNN wins for one row; on AVX-512 F.linear is mostly faster than the swapped product, and oneDNN's inner
-# product beats it for 4 to 1,024 rows by a matrix of ONEDNN_MIN weights or more (most for an output layer over a
-# large vocabulary) and is about even at one row.
+# Which product is fastest depends on the CPU (benchmarks/linear_kernels.py; the timings are in docs/kernels.md):
+# on AVX2, F.linear hands few rows to the BLAS the slow way round and (W x^T)^T is faster, and oneDNN wins for
+# one row; on AVX-512 F.linear is mostly faster than the swapped product, and oneDNN's inner product beats it
+# for 4 to 1,024 rows by a matrix of ONEDNN_MIN weights or more (most for an output layer over a large
+# vocabulary). For 1 to 3 rows it depends on the vendor: on an Intel Xeon MKL's matrix-vector product
+# (F.linear) streams a GPT-2 step's weights at 23 GB/s against oneDNN's 18 (--streamed), while on an AMD EPYC,
+# where MKL takes a slower path, oneDNN's one-row products made GPT-2 generation 1.44x Hugging Face's F.linear.
 SWAP_FEW_ROWS = torch.backends.cpu.get_cpu_capability() == "AVX2"
+ONEDNN_MIN_ROWS = 4 if _cpu_vendor() == "GenuineIntel" else 1  # off AVX2, the fewest rows oneDNN takes
 
 # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
 IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
@@ -79,10 +96,10 @@ def _compiling() -> bool:
 def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
     """Whether :func:`linear_onednn` applies: a float32 CPU product by a matrix of at least ``ONEDNN_MIN``
     weights that needs no gradient (oneDNN's op has no backward) and that autocast would not have run in a lower
-    precision; one row on AVX2 (:data:`SWAP_FEW_ROWS`), any number elsewhere."""
+    precision; one row on AVX2 (:data:`SWAP_FEW_ROWS`), ``ONEDNN_MIN_ROWS`` or more elsewhere."""
     rows = _rows(x)
     return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and weight.numel() >= ONEDNN_MIN and (rows == 1 or (rows > 1 and not SWAP_FEW_ROWS))
+            and weight.numel() >= ONEDNN_MIN and (rows == 1 if SWAP_FEW_ROWS else rows >= ONEDNN_MIN_ROWS)
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
@@ -90,7 +107,8 @@ def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
 def _onednn_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """oneDNN's inner product ``(N, K)`` by ``(O, K)`` as an op ``torch.compile`` calls as it stands: inductor
     lowers ``mkldnn._linear_pointwise`` only for the weights its freezing packed (constants, which a model trained
-    further would leave stale), and its own product for these shapes ran at 0.64x this one (GPT-2 decoding)."""
+    further would leave stale), and its own product ran GPT-2's decoding at 0.64x this one when one row took oneDNN's
+    everywhere (off AVX2 one row now keeps ``F.linear``, which inductor calls as the BLAS's product, as eager does)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight.contiguous(), bias, "none", [], "")
 
 
