@@ -28,8 +28,9 @@ profiler slows the ops by more than run-to-run noise allows to tell apart.
 CTranslate2's own profiler (``init_profiling``/``dump_profiling``) is in its C++ API only when built with
 ``-DENABLE_PROFILING=ON``; the PyPI wheels are built without it and the Python module does not expose it, so
 this samples with ``perf`` instead (where ``perf`` is missing, or not allowed, the CTranslate2 profile is left
-out and says why). Samples in oneDNN's JIT-compiled GEMM kernels carry no symbols and no callers: they are
-counted as matrix products, though a few belong to attention's batched products. Only the threads that run
+out and says why). Samples in oneDNN's JIT-compiled GEMM kernels carry no symbols and no callers, and samples in
+MKL's (which CTranslate2 calls on Intel CPUs) no callers: both are counted as matrix products, though a few
+belong to attention's batched products. Only the threads that run
 in turn (Python's, then CTranslate2's worker) stand for wall time; OpenMP helpers that run beside the worker
 are counted apart. Results go to ``<out>/decode_profile.json`` and the page ``docs/decode_profile.md``.
 
@@ -116,6 +117,7 @@ CT2 = {
                      "Tanh"], NORMS),
 }
 JIT = "GEMM kernels (oneDNN JIT code, unattributed)"
+MKL = "GEMM kernels (MKL, unattributed)"  # CTranslate2's products on Intel CPUs: its stacks stop in MKL's code
 
 # --compile: the float32 cases' compiled variants; inductor's own scopes (their self time is the wrapper's, Python
 # and dispatch) and its C++ kernels, sorted by the first of these ops their names hold
@@ -427,6 +429,8 @@ def ct2_operation(frames: list[tuple[str, str]]) -> str:
     library = Path(dso).name
     if dso.startswith("/tmp/perf-") or (symbol == "[unknown]" and library.endswith(".map")):
         return JIT
+    if re.match(r"mkl_blas_\w*(gemm|gemv)", symbol):
+        return MKL
     if library.startswith("libgomp"):
         return "OpenMP runtime (libgomp)"
     if "kernel" in library:
@@ -443,7 +447,7 @@ def ct2_operation(frames: list[tuple[str, str]]) -> str:
 def ct2_category(op: str, frames: list[tuple[str, str]]) -> str:
     """Our categories for a CTranslate2 sample in ``op`` with stack ``frames``."""
     symbols = " ".join(s for s, _ in frames)
-    if op == JIT:
+    if op in (JIT, MKL):
         return MATMUL
     if op == "Python":
         return PYTHON
@@ -559,7 +563,8 @@ def page(results: dict[str, Any]) -> str:
         "wheels and not exposed to Python, so each sample goes to the innermost `ctranslate2::ops` frame of its "
         "stack, the ops that profiler would time, and the shares are of the samples of the threads that run in "
         "turn (Python's, then the worker's). Samples in oneDNN's JIT-compiled GEMM code have no symbol and no "
-        "caller: they count as matrix products, though a few are attention's batched products. CTranslate2's int8 "
+        "caller, and samples in MKL's GEMM code (CTranslate2's products on Intel CPUs) no caller: they count as "
+        "matrix products, though a few are attention's batched products. CTranslate2's int8 "
         "`Quantize` and `Dequantize` count as int8 input handling; in ours the same work is inside fbgemm's product.",
         "",
     ]

@@ -304,6 +304,18 @@ def test_decode_profile_sorts_inductors_kernels_by_the_ops_they_fuse():
     assert not dp.WRAPPERS.match("aten::addmm")
 
 
+def test_decode_profile_counts_ctranslate2s_samples_in_mkl_and_onednn_code_as_products():
+    dp = load_script("decode_profile")
+    lib = "/x/ctranslate2.libs/libctranslate2-a7a60d30.so.4.8.5"
+    mkl = [("mkl_blas_avx512_sgemm_kernel_0_b0", lib)]  # the stack stops in MKL's code: no caller
+    assert dp.ct2_operation(mkl) == dp.MKL and dp.ct2_category(dp.MKL, mkl) == dp.MATMUL
+    jit = [("[unknown]", "/tmp/perf-123.map")]
+    assert dp.ct2_operation(jit) == dp.JIT and dp.ct2_category(dp.JIT, jit) == dp.MATMUL
+    concat = [("mkl_blas_avx512_scopy", lib), ("ctranslate2::ops::Concat::operator()", lib)]
+    assert dp.ct2_operation(concat) == "Concat" and dp.ct2_category("Concat", concat) == dp.CACHE  # an op's own
+    assert dp.ct2_operation([("memcpy", "/lib/libc.so.6")]) == "memcpy (libc.so.6)"
+
+
 @pytest.mark.slow  # a compile of the toy models
 def test_decode_profile_compiled_quick(tmp_path):
     pytest.importorskip("transformers")
