@@ -330,7 +330,7 @@ def test_decode_profile_compiled_quick(tmp_path):
     assert shares["norms and activations"] > 0 and shares["matrix products"] > 0  # inductor's kernels, named
     assert row["ours"]["inductor_kernels_per_step"] > 0  # named to the profiler, not lumped into the wrapper
     assert docs.read_text().startswith("# Where compiled decoding time goes")
-    with pytest.raises(AssertionError, match="unknown case"):  # the int8 cases have no compiled variant
+    with pytest.raises(AssertionError, match="unknown case"):  # the compiled int8 cases are not profiled
         run_script("decode_profile", "--quick", "--compile", "--cases", "decode-beam-ct2-int8", cwd=tmp_path)
 
 

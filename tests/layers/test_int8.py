@@ -313,3 +313,51 @@ def test_an_outlier_in_a_few_rows_only_is_still_taken_apart(rows, monkeypatch):
     assert error(got) < 0.01 < 0.025 < error(all_int8), (error(got), error(all_int8))  # measured 0.004, 0.035
     assert set(layer._columns) == {5}
     torch.testing.assert_close(got, exact, atol=0.05 * float(exact.abs().max()), rtol=0)
+
+
+# --- in a compiled graph ------------------------------------------------------------------------------------
+
+def test_the_opaque_int8_op_passes_pytorchs_own_checks_and_computes_the_layers_rows():
+    torch.manual_seed(0)
+    layer, table = Int8Linear(nn.Linear(32, 48)), Int8Embedding(nn.Embedding(40, 32))
+    model = nn.ModuleList([layer, table])
+    from aiayn.layers.int8 import opaque
+
+    assert opaque(model) is model and layer._key is not None and table._key is not None
+    x = torch.randn(3, 5, 32)
+    op = torch.ops.aiayn.int8_rows.default
+    for key, start, stop in [(layer._key, 0, 48), (layer._key, 16, 40), (table._key, 0, 40)]:
+        torch.library.opcheck(op, (x, key, start, stop))  # schema, fake (meta) shapes, no aliasing of its input
+    torch.testing.assert_close(op(x, layer._key, 16, 40), layer.rows(x, slice(16, 40)), rtol=0, atol=0)
+    torch.testing.assert_close(op(x, table._key, 0, 40), table.linear(x), rtol=0, atol=0)
+    import copy
+
+    twin = copy.deepcopy(layer)  # a copy is registered anew: its products are its own, never the original's
+    opaque(twin)
+    assert twin._key != layer._key
+
+
+def test_a_compiled_function_calls_each_int8_product_once_without_a_graph_break():
+    from torch._dynamo.utils import counters
+
+    from aiayn.layers.int8 import opaque
+
+    torch.manual_seed(0)
+    up, down = Int8Linear(nn.Linear(16, 64)), Int8Linear(nn.Linear(64, 16))
+    x = torch.randn(2, 16)
+    x[0, 3] = 2 * OUTLIER  # the outlier test reads a value: inside the opaque op, not a break in the graph
+
+    def block(x):
+        return x + down(torch.relu(up(x)))
+
+    expected = block(x)
+    counters.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(block, dynamic=False)
+    broken = compiled(x)  # not registered: dynamo breaks the graph at each product, still the same numbers
+    assert counters["graph_break"] and torch.equal(broken, expected)
+    torch._dynamo.reset()
+    counters.clear()
+    opaque(nn.ModuleList([up, down]))
+    torch.testing.assert_close(torch.compile(block, dynamic=False)(x), expected)
+    assert not counters["graph_break"], dict(counters["graph_break"])

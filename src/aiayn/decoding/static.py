@@ -45,6 +45,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import DecoderCache
 from aiayn.layers.masks import padding_mask
 
@@ -133,17 +134,6 @@ def _seq2seq_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor
     return model.generator(hidden[:, -1])  # (B, V)
 
 
-def refuse_int8(model: nn.Module) -> None:
-    """Refuse to compile a model with int8 weights (:func:`aiayn.layers.int8.quantize`): fbgemm's packed weights
-    and its scale reads break the graph at every product, and the compiled step ran at 0.5-0.6x the eager int8
-    path (llama-tiny, gpt-tiny, 64 tokens): decode int8 eagerly, or compile float32."""
-    from aiayn.layers.int8 import is_quantized
-
-    if is_quantized(model):
-        raise ValueError("compile=True with int8 weights: fbgemm's products break the compiled graph at every "
-                         "layer and run slower than the eager int8 path; decode int8 without compile")
-
-
 def check_cache(compile: bool, use_cache: bool) -> None:
     """Refuse ``compile=True`` with ``use_cache=False``: the compiled step decodes over a static cache."""
     if compile and not use_cache:
@@ -203,7 +193,7 @@ class Static(abc.ABC):
         self.read_from: Tensor | None = None  # (B, L+1) beam search's: the buffer row each row's column is in
         self.run = compiled_step(device, step) if compile else step
         if compile:
-            refuse_int8(model)
+            opaque(model)  # int8 products: one operation each in the graph
 
     def _read_through_a_table(self) -> None:
         """Reorder beams in :attr:`read_from`, each row reading its own buffer row to begin with."""
@@ -403,7 +393,7 @@ class StaticSlots:
         self.run = compiled_step(device) if compile else _gpt_step
         self.window = length + 1  # every column a row wrote
         if compile:
-            refuse_int8(model)
+            opaque(model)
 
     @torch.no_grad()
     def join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
@@ -443,5 +433,4 @@ class StaticSlots:
         return logits.clone() if logits.is_cuda else logits
 
 
-__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "StaticSlots", "check_cache", "compiled_step",
-           "refuse_int8"]
+__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "StaticSlots", "check_cache", "compiled_step"]

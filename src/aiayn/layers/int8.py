@@ -23,6 +23,10 @@ fbgemm's kernel was chosen over the alternatives PyTorch ships (oneDNN's ``qline
 ``docs/kernels.md``. Creating the quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has
 no replacement that is as fast there, so the warning is silenced at that one call.
 
+In a compiled decode step (:mod:`aiayn.decoding.static`) each int8 product is one opaque operation,
+``aiayn::int8_rows`` (:func:`opaque` registers the model's products): dynamo cannot trace fbgemm's packed
+weights, and the outlier test reads a value, which would break the graph at every product.
+
 A token table becomes :class:`Int8Embedding` (row-wise, as the output projection tied to it); a head that
 multiplies by the table itself (BERT's masked LM, :func:`aiayn.layers.tied_linear`) uses the table's int8
 rows. Memory: the int8 model holds a quarter of the float32 bytes of every quantized matrix, plus one float per
@@ -34,7 +38,9 @@ Shapes: N rows (every leading dimension of ``x`` together), K in, O out, V vocab
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
+import weakref
 
 import torch
 from torch import Tensor, nn
@@ -84,15 +90,21 @@ class Int8Linear(nn.Module):
         self._packs = {(0, self.out_features): _pack(q, scale)}  # (first row, end row) -> packed
         self._tiling: list[tuple[int, int]] | None = None  # slices that stand for the whole, once it is dropped
         self._columns: dict[int, Tensor] = {}  # input channel -> its weight column (O,) in float32, once needed
+        self._key: int | None = None  # set by opaque(): the product is one operation in a compiled graph
 
     def forward(self, x: Tensor) -> Tensor:  # (..., K) -> (..., O)
         return self.rows(x, slice(None))
 
     def rows(self, x: Tensor, rows: slice) -> Tensor:
         """``x`` ``(..., K)`` through the output rows ``rows`` alone -> ``(..., len(rows))``."""
+        start, stop, _ = rows.indices(self.out_features)
+        if self._key is not None and torch.compiler.is_compiling():
+            return torch.ops.aiayn.int8_rows(x, self._key, start, stop)
+        return self._rows(x, start, stop)
+
+    def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32:
             raise ValueError(f"int8 layers take float32 CPU tensors, got {x.dtype} on {x.device}")
-        start, stop, _ = rows.indices(self.out_features)
         flat = x.reshape(-1, self.in_features)  # (N, K)
         if flat.size(0) == 0:  # no rows (amax refuses an empty tensor): an empty answer, as nn.Linear's
             return x.new_zeros(*x.shape[:-1], stop - start)
@@ -174,6 +186,7 @@ class Int8Embedding(nn.Module):
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
         self._product: Int8Linear | None = None  # the tied output's product, once used
+        self._key: int | None = None  # set by opaque(): the product is one operation in a compiled graph
 
     def forward(self, ids: Tensor) -> Tensor:  # (...) -> (..., C)
         return self.q[ids].float() * self.scale[ids, None]
@@ -182,11 +195,17 @@ class Int8Embedding(nn.Module):
         """``x`` ``(..., C)`` times the table's transpose, plus ``bias`` -> ``(..., V)``: an output tied to the
         table (:func:`aiayn.layers.tied_linear`), multiplied in int8 as an :class:`Int8Linear` of the same
         rows, packed on first use."""
+        if self._key is not None and torch.compiler.is_compiling():
+            out = torch.ops.aiayn.int8_rows(x, self._key, 0, self.num_embeddings)
+        else:
+            out = self._rows(x, 0, self.num_embeddings)
+        return out if bias is None else out + bias
+
+    def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
         if self._product is None:
             shape = nn.Linear(self.embedding_dim, self.num_embeddings, bias=False, device="meta")
             self._product = Int8Linear(shape, rows=(self.q, self.scale))
-        out = self._product(x)
-        return out if bias is None else out + bias
+        return self._product.rows(x, slice(start, stop))
 
     @property
     def weight(self) -> Tensor:
@@ -221,6 +240,36 @@ def quantize(model: nn.Module) -> nn.Module:
     return model
 
 
+_OPAQUE: weakref.WeakValueDictionary[int, Int8Linear | Int8Embedding] = weakref.WeakValueDictionary()
+_keys = itertools.count()
+
+
+@torch.library.custom_op("aiayn::int8_rows", mutates_args=())
+def _int8_rows(x: Tensor, key: int, start: int, stop: int) -> Tensor:
+    """The product of ``x`` ``(..., K)`` by the int8 rows ``start:stop`` of the layer :func:`opaque` registered as
+    ``key``, one operation to ``torch.compile`` -> ``(..., stop - start)``."""
+    layer = _OPAQUE.get(key)
+    if layer is None:
+        raise RuntimeError(f"int8 layer {key} is gone: compile the model that opaque() registered")
+    return layer._rows(x, start, stop)
+
+
+@_int8_rows.register_fake
+def _(x: Tensor, key: int, start: int, stop: int) -> Tensor:
+    return x.new_empty((*x.shape[:-1], stop - start))
+
+
+def opaque(model: nn.Module) -> nn.Module:
+    """Make each int8 product of ``model`` one opaque operation (``aiayn::int8_rows``) when ``torch.compile``
+    traces it, instead of a graph break at every product; eager calls are unchanged (a copy of a registered model
+    is registered anew). Returns ``model``."""
+    for m in model.modules():
+        if isinstance(m, (Int8Linear, Int8Embedding)) and (m._key is None or _OPAQUE.get(m._key) is not m):
+            m._key = next(_keys)
+            _OPAQUE[m._key] = m
+    return model
+
+
 def nbytes(model: nn.Module) -> int:
     """Bytes of the weights ``model`` holds: its parameters and buffers (a tensor shared by two modules counted
     once) plus, for every :class:`Int8Linear`, each packed matrix as one byte a weight, one float32 scale a row,
@@ -247,4 +296,5 @@ def is_quantized(model: nn.Module) -> bool:
     return any(isinstance(m, Int8Linear) for m in model.modules())
 
 
-__all__ = ["REDUCE_RANGE", "Int8Embedding", "Int8Linear", "is_quantized", "nbytes", "quantize", "quantize_rows"]
+__all__ = ["REDUCE_RANGE", "Int8Embedding", "Int8Linear", "is_quantized", "nbytes", "opaque", "quantize",
+           "quantize_rows"]

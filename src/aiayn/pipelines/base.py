@@ -276,10 +276,6 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         raise ValueError(f"dtype={dtype!r} is for {' and '.join(DTYPE_TASKS)} models; {p.source} holds a {p.task} "
                          f"model, which runs as saved")
     to_dtype(p.model, dtype, quantize)
-    if compile and quantize is not None:
-        from aiayn.decoding.static import refuse_int8
-
-        refuse_int8(p.model)
     if compile and p.task not in ("text-generation", "translation"):
         raise ValueError(f"compile=True compiles decoding (text-generation, translation); {p.source} holds a "
                          f"{p.task} model")

@@ -7,8 +7,8 @@ int8 on the CPU.
     llama-124m-generate[-b16]-ct2     llama-124m-generate[-b16]'s work     ctranslate2.Generator
     decode-greedy-ct2[-int8]          decode-greedy's work                 ctranslate2.Translator
     decode-beam-ct2[-int8]            decode-beam's work, length penalty 0.6
-    gpt2-generate-ct2-compiled, decode-greedy-ct2-compiled, decode-beam-ct2-compiled
-                                      the same at float32, ours compiled   ours eager, the float32 peers
+    gpt2-generate-ct2[-int8]-compiled, decode-greedy-ct2[-int8]-compiled, decode-beam-ct2[-int8]-compiled
+                                      the same, ours compiled              ours eager (as precise), the peers
 
 CTranslate2 is optional (``pip install "aiayn[bench]"``): without it, or off the CPU, a case raises
 :class:`~aiayn.benchmark.harness.Unavailable` and ``aiayn bench`` skips it, saying why. In int8 the tokens are not
@@ -63,67 +63,56 @@ def agreeing_prefix(got: Tensor, expected: Tensor) -> float:
     return (got == expected).long().cumprod(dim=1).sum(dim=1).float().mean().item()  # (B,) leading run, averaged
 
 
-def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Callable[[nn.Module], Tensor],
-                peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any],
-                flops: float | None = None, target: Target = PARITY) -> Case:
+def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Callable[[nn.Module, bool], Tensor],
+                peers: list[Side], unit_shape: tuple[int, int], extra: dict[str, Any], compile: bool = False,
+                target: Target = PARITY) -> Case:
     """A case of ours against CTranslate2 (and, at float32, Hugging Face) at ``precision``.
 
     Args:
-        model: ours at float32; at ``"int8"`` the sides run :func:`aiayn.layers.int8.quantize` of it.
-        ours: decodes with a model, giving the new tokens ``(B, N)``; every peer's ``run`` gives them too.
+        model: ours at float32; at ``"int8"`` ours runs :func:`aiayn.layers.int8.quantize` of it.
+        ours: decodes with a model, its step compiled or not, giving the new tokens ``(B, N)``; every peer's
+            ``run`` gives them too.
         unit_shape: ``(B, N)``: every side must take every step.
+        compile: ours decodes with its step compiled (the first call, the compile, timed into
+            ``extra["first_call_s"]``), and ours eager, at the same precision, joins the peers.
         target: what ours should reach against every peer (t_peer / t_ours).
-        flops: of one unit, counted by the caller (a compiled side must not run under the FLOP counter: dynamo
-            would skip its compiled frame for good); ``None`` counts them on ours.
 
-    At float32 every peer must give ours' tokens. In int8 rounding may flip a close choice, and a sequence
-    goes its own way from there, so tokens are not required to agree: ``extra["agreement_with_float32"]``
-    holds each side's share of tokens equal to ours' at float32 (which the float32 case checks CTranslate2
-    reproduces), and ``extra["agreeing_prefix_with_float32"]`` how many tokens per sequence agree before the
-    first difference. The FLOPs are counted on ours at float32 (PyTorch does not count the int8 products).
+    Ours eager must give ours' tokens, and at float32 so must every peer. In int8 rounding may flip a close
+    choice, and a sequence goes its own way from there, so an engine's tokens are not required to agree:
+    ``extra["agreement_with_float32"]`` holds each side's share of tokens equal to ours' at float32 (which the
+    float32 case checks CTranslate2 reproduces), and ``extra["agreeing_prefix_with_float32"]`` how many tokens per
+    sequence agree before the first difference. The FLOPs are counted on ours eager at float32 (PyTorch does not
+    count the int8 products, and dynamo would skip a compiled frame run under the counter for good).
     """
-    extra = {**extra, "precision": precision, "new_tokens": unit_shape[1]}
-    if precision == "float32":
-        expected = ours(model)
-        checks = {}
-        for peer in peers:
-            got = peer.run()
-            check = same(f"generated ids, {unit_shape[1]} tokens per sequence on both sides", got, expected)
-            check["ok"] = check["ok"] and got.shape == unit_shape
-            checks[peer.name] = check
-        sides = [Side("aiayn", lambda: ours(model)), *peers]
-        return Case(name, what, sides, units=unit_shape[0] * unit_shape[1], unit="tokens", checks=checks,
-                    target=target, extra=extra, flops=flops)
-
     from aiayn.layers.int8 import quantize
 
+    extra = {**extra, "precision": precision, "new_tokens": unit_shape[1]}
     reference: list[Tensor] = []
-    flops = count_flops(lambda: reference.append(ours(model)))
-    small = quantize(model)
-    mine = ours(small)
-    outputs = {"aiayn": mine}
-    checks = {}
+    flops = count_flops(lambda: reference.append(ours(model, False)))
+    run = model if precision == "float32" else quantize(model)
+    if compile:
+        start = time.perf_counter()
+        ours(run, True)
+        extra["first_call_s"] = round(time.perf_counter() - start, 1)
+        peers = [Side("aiayn eager", lambda: ours(run, False)), *peers]
+    mine = ours(run, compile)
+    outputs, checks = {"aiayn": mine}, {}
     for peer in peers:
         got = outputs[peer.name] = peer.run()
-        checks[peer.name] = {"what": f"int8: {unit_shape[1]} tokens per sequence on both sides, not required to equal "
-                                     f"(rounding differs); shares agreeing with float32 in extra",
-                             "shape": list(got.shape), "agreement_with_ours": agreement(got, mine),
-                             "ok": got.shape == unit_shape and mine.shape == unit_shape}
-    extra["agreement_with_float32"] = {k: agreement(v, reference[0]) for k, v in outputs.items()}
-    extra["agreeing_prefix_with_float32"] = {k: agreeing_prefix(v, reference[0]) for k, v in outputs.items()}
-    return Case(name, what, [Side("aiayn", lambda: ours(small)), *peers], units=unit_shape[0] * unit_shape[1],
+        if precision == "float32" or peer.name == "aiayn eager":
+            check = same(f"generated ids, {unit_shape[1]} tokens per sequence on both sides", got, mine)
+            check["ok"] = check["ok"] and got.shape == unit_shape
+        else:
+            check = {"what": f"int8: {unit_shape[1]} tokens per sequence on both sides, not required to equal "
+                             f"(rounding differs); shares agreeing with float32 in extra",
+                     "shape": list(got.shape), "agreement_with_ours": agreement(got, mine),
+                     "ok": got.shape == unit_shape and mine.shape == unit_shape}
+        checks[peer.name] = check
+    if precision != "float32":
+        extra["agreement_with_float32"] = {k: agreement(v, reference[0]) for k, v in outputs.items()}
+        extra["agreeing_prefix_with_float32"] = {k: agreeing_prefix(v, reference[0]) for k, v in outputs.items()}
+    return Case(name, what, [Side("aiayn", lambda: ours(run, compile)), *peers], units=unit_shape[0] * unit_shape[1],
                 unit="tokens", checks=checks, target=target, flops=flops, extra=extra)
-
-
-def compiled_sides(ours: Callable[[nn.Module, bool], Tensor], model: nn.Module, peers: list[Side],
-                   extra: dict[str, Any]) -> tuple[Callable[[nn.Module], Tensor], list[Side], float]:
-    """A ``-compiled`` case's parts: ours compiled (its first call, the compile, timed into ``extra``), ours eager
-    as the first peer, and the FLOPs counted on the eager side."""
-    start = time.perf_counter()
-    ours(model, True)
-    extra["first_call_s"] = round(time.perf_counter() - start, 1)
-    eager = Side("aiayn eager", lambda: ours(model, False))
-    return (lambda m: ours(m, True)), [eager, *peers], count_flops(lambda: ours(model, False))
 
 
 def gpt2_ct2(precision: str, quick: bool, device: torch.device, compile: bool = False) -> Case:
@@ -156,16 +145,12 @@ def gpt2_ct2(precision: str, quick: bool, device: torch.device, compile: bool = 
     against = " and ".join(p.name for p in peers)
     words = "float32" if precision == "float32" else INT8_WORDS
     extra: dict[str, Any] = {"prompt_tokens": t, "ctranslate2": ct2.version()}
-    run_ours: Callable[[nn.Module], Tensor] = generate
-    flops = None
-    if compile:
-        run_ours, peers, flops = compiled_sides(generate, g.ours, peers, extra)
     how = "over a static cache, the step compiled" if compile else "with the KV cache"
     what = (f"gpt2 ({millions(g.ours)} parameters, random weights) greedy generation {how}, batch 1, "
             f"{t}-token prompt, {new} new tokens, {words}, against {'our eager decoding, ' if compile else ''}"
             f"{against} (CTranslate2 {ct2.version()}, {threads()}) on the same weights; no side has an end token")
     name = "gpt2-generate-ct2" + ("" if precision == "float32" else "-int8") + ("-compiled" if compile else "")
-    return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new), extra, flops)
+    return against_ct2(name, what, precision, g.ours, generate, peers, (1, new), extra, compile)
 
 
 def llama_ct2(batch: int, quick: bool, device: torch.device) -> Case:
@@ -181,8 +166,8 @@ def llama_ct2(batch: int, quick: bool, device: torch.device) -> Case:
     start, t = vocab.tokens(prompt), prompt.size(1)
     mask = torch.ones_like(prompt)
 
-    def run_ours(model: nn.Module) -> Tensor:
-        return cast(Tensor, sample(model, prompt, new, temperature=0))[:, t:]  # (B, N) a tensor prompt: a tensor
+    def run_ours(model: nn.Module, compiled: bool) -> Tensor:
+        return cast(Tensor, sample(model, prompt, new, temperature=0, compile=compiled))[:, t:]  # (B, N)
 
     def run_hf() -> Tensor:
         return hf.generate(prompt, attention_mask=mask, max_new_tokens=new, do_sample=False)[:, t:]
@@ -241,16 +226,12 @@ def translation_ct2(name: str, beam: int, precision: str, quick: bool, device: t
     words = "float32" if precision == "float32" else INT8_WORDS
     extra: dict[str, Any] = {"config": dataclasses.asdict(tr.ours.cfg), "batch": src.size(0),
                              "source_length": src.size(1), "beam": beam, "ctranslate2": ct2.version()}
-    run_ours: Callable[[nn.Module], Tensor] = translate
-    flops = None
-    if compile:
-        run_ours, peers, flops = compiled_sides(translate, tr.ours, peers, extra)
     cache = "over a static cache, the step compiled" if compile else "with our KV cache"
     what = (f"translation, {how} {cache}, {words}, against {'our eager decoding, ' if compile else ''}{against} "
             f"(CTranslate2 {ct2.version()}, {threads()}) on the same weights ({describe(cfg)}), batch {src.size(0)} "
             f"sources of {src.size(1)} tokens, {new} tokens generated per sentence (end of sentence blocked on every "
             f"side)")
-    return against_ct2(name, what, precision, tr.ours, run_ours, peers, (src.size(0), new), extra, flops)
+    return against_ct2(name, what, precision, tr.ours, translate, peers, (src.size(0), new), extra, compile)
 
 
 def gpt2_generate_ct2(quick: bool, device: torch.device) -> Case:
@@ -289,9 +270,21 @@ def decode_beam_ct2_compiled(quick: bool, device: torch.device) -> Case:
     return translation_ct2("decode-beam-ct2-compiled", 4, "float32", quick, device, compile=True)
 
 
-__all__ = ["CT2_LENGTH_PENALTY", "INT8_WORDS", "against_ct2", "agreeing_prefix", "agreement", "compiled_sides",
-           "decode_beam_ct2",
-           "decode_beam_ct2_compiled", "decode_beam_ct2_int8", "decode_greedy_ct2", "decode_greedy_ct2_compiled",
-           "decode_greedy_ct2_int8", "gpt2_ct2", "gpt2_generate_ct2", "gpt2_generate_ct2_compiled",
-           "gpt2_generate_ct2_int8", "llama_124m_generate_b16_ct2", "llama_124m_generate_ct2", "llama_ct2",
+def gpt2_generate_ct2_int8_compiled(quick: bool, device: torch.device) -> Case:
+    return gpt2_ct2("int8", quick, device, compile=True)
+
+
+def decode_greedy_ct2_int8_compiled(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-greedy-ct2-int8-compiled", 1, "int8", quick, device, compile=True)
+
+
+def decode_beam_ct2_int8_compiled(quick: bool, device: torch.device) -> Case:
+    return translation_ct2("decode-beam-ct2-int8-compiled", 4, "int8", quick, device, compile=True)
+
+
+__all__ = ["CT2_LENGTH_PENALTY", "INT8_WORDS", "against_ct2", "agreeing_prefix", "agreement", "decode_beam_ct2",
+           "decode_beam_ct2_compiled", "decode_beam_ct2_int8", "decode_beam_ct2_int8_compiled", "decode_greedy_ct2",
+           "decode_greedy_ct2_compiled", "decode_greedy_ct2_int8", "decode_greedy_ct2_int8_compiled", "gpt2_ct2",
+           "gpt2_generate_ct2", "gpt2_generate_ct2_compiled", "gpt2_generate_ct2_int8",
+           "gpt2_generate_ct2_int8_compiled", "llama_124m_generate_b16_ct2", "llama_124m_generate_ct2", "llama_ct2",
            "translation_ct2"]

@@ -15,7 +15,6 @@ cases do).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.benchmark.cases.common import millions, threads
-from aiayn.benchmark.cases.ct2 import INT8_WORDS, against_ct2, compiled_sides
+from aiayn.benchmark.cases.ct2 import INT8_WORDS, against_ct2
 from aiayn.benchmark.cases.generation import LLAMA_124M, llama_generation, weight_bytes_per_token
 from aiayn.benchmark.harness import Case, Side, Target, Unavailable, memory_bandwidth
 from aiayn.decoding import sample
@@ -61,10 +60,6 @@ def llama_llamacpp(name: str, precision: str, quick: bool, device: torch.device,
     extra: dict[str, Any] = {"batch": 1, "prompt_tokens": t, "llama_cpp_python": llamacpp.version(),
                              "weight_bytes_per_token": read, "memory_bandwidth_bytes_per_s": bandwidth,
                              "ceiling_tokens_per_s": {k: bandwidth / v for k, v in read.items()}}
-    run_ours: Callable[[nn.Module], Tensor] = generate
-    flops = None
-    if compile:
-        run_ours, peers, flops = compiled_sides(generate, g.ours, peers, extra)
     words = "float32" if precision == "float32" else INT8_WORDS.replace("CTranslate2: int8 weights, compute type "
                                                                          "int8", "llama.cpp: q8_0")
     how = "over a static cache, the step compiled" if compile else "with our KV cache"
@@ -73,7 +68,7 @@ def llama_llamacpp(name: str, precision: str, quick: bool, device: torch.device,
             f"{'our eager decoding and ' if compile else ''}llama.cpp {outtype} (llama-cpp-python "
             f"{llamacpp.version()}, {threads()}; the GGUF made by llama.cpp's convert_hf_to_gguf.py from our "
             f"exported folder) on the same weights; no side has an end token")
-    return against_ct2(name, what, precision, g.ours, run_ours, peers, (1, new), extra, flops,
+    return against_ct2(name, what, precision, g.ours, generate, peers, (1, new), extra, compile,
                        Target(TARGETS[precision]))
 
 
@@ -87,6 +82,10 @@ def llama_124m_generate_llamacpp_int8(quick: bool, device: torch.device) -> Case
 
 def llama_124m_generate_llamacpp_compiled(quick: bool, device: torch.device) -> Case:
     return llama_llamacpp("llama-124m-generate-llamacpp-compiled", "float32", quick, device, compile=True)
+
+
+def llama_124m_generate_llamacpp_int8_compiled(quick: bool, device: torch.device) -> Case:
+    return llama_llamacpp("llama-124m-generate-llamacpp-int8-compiled", "int8", quick, device, compile=True)
 
 
 __all__ = ["llama_124m_generate_llamacpp", "llama_124m_generate_llamacpp_compiled",
