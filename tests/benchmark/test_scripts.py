@@ -334,6 +334,17 @@ def test_decode_profile_compiled_quick(tmp_path):
         run_script("decode_profile", "--quick", "--compile", "--cases", "decode-beam-ct2-int8", cwd=tmp_path)
 
 
+def test_cpu_bf16_quick_times_both_dtypes_eager_and_compiled(tmp_path):
+    out = run_script("cpu_bf16", "--quick", "--threads", 1, "--out", tmp_path / "out", cwd=tmp_path, timeout=600)
+    result = json.loads((tmp_path / "out" / "cpu_bf16.json").read_text())
+    assert result["quick"] and set(result["ms_per_token"]) == {"float32", "bfloat16", "float32 compiled",
+                                                               "bfloat16 compiled"}
+    assert all(v > 0 for v in result["ms_per_token"].values())
+    assert set(result["float32_over_bfloat16"]) == {"eager", "compiled"} and "eager: bfloat16" in out
+    assert result["compiled_equals_eager"] == {"float32": True, "bfloat16": True}  # one dtype, two paths
+    assert all(0 <= v <= 1 for v in result["tokens_equal_to_float32"].values())
+
+
 def test_int8_kernels_quick(tmp_path):
     run_script("int8_kernels", "--quick", "--rounds", 1, "--calls", 1, "--out", tmp_path / "out", cwd=tmp_path)
     result = json.loads((tmp_path / "out" / "int8_kernels.json").read_text())

@@ -77,8 +77,9 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
             ``extra["first_call_s"]``), and ours eager, at the same precision, joins the peers.
         target: what ours should reach against every peer (t_peer / t_ours).
 
-    Ours eager must give ours' tokens, and at float32 so must every peer. In int8 rounding may flip a close
-    choice, and a sequence goes its own way from there, so an engine's tokens are not required to agree:
+    At float32 every peer, ours eager too, must give ours' tokens. In int8 rounding may flip a close choice, and a
+    sequence goes its own way from there, so no side's tokens are required to agree (ours eager's neither: an
+    input that inductor's kernels round otherwise can move a step of the int8 rounding of the product after it):
     ``extra["agreement_with_float32"]`` holds each side's share of tokens equal to ours' at float32 (which the
     float32 case checks CTranslate2 reproduces), and ``extra["agreeing_prefix_with_float32"]`` how many tokens per
     sequence agree before the first difference. The FLOPs are counted on ours eager at float32 (PyTorch does not
@@ -99,7 +100,7 @@ def against_ct2(name: str, what: str, precision: str, model: nn.Module, ours: Ca
     outputs, checks = {"aiayn": mine}, {}
     for peer in peers:
         got = outputs[peer.name] = peer.run()
-        if precision == "float32" or peer.name == "aiayn eager":
+        if precision == "float32":
             check = same(f"generated ids, {unit_shape[1]} tokens per sequence on both sides", got, mine)
             check["ok"] = check["ok"] and got.shape == unit_shape
         else:
