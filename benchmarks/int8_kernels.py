@@ -6,7 +6,9 @@
 For a few rows by a GPT-2- or Marian-sized matrix, the median time of: float32 ``F.linear``; fbgemm's dynamic
 int8 product (``quantized::linear_dynamic``, what ``torch.ao.quantization.quantize_dynamic`` installs and
 ``Int8Linear`` calls); oneDNN's int8 product (``onednn::qlinear_pointwise``, the input quantized per tensor
-first); and ``aten._weight_int8pack_mm`` (int8 weights, float inputs). The kernels run their rounds in turn.
+first); ``aten._weight_int8pack_mm`` (int8 weights, float inputs); and gpt-fast's weight-only int8 product
+(``F.linear(x, q.to(x.dtype)) * scale``) compiled by ``torch.compile``, for the compiled decoding step (its compile
+is paid before the timing). The kernels run their rounds in turn.
 Writes ``benchmarks/results/int8_kernels.json``.
 """
 
@@ -47,10 +49,14 @@ def kernels(rows: int, k: int, o: int) -> dict:
         return torch.ops.onednn.qlinear_pointwise(xq, step, zp, onednn, scale, zeros, b, 1.0, 0, torch.float32,
                                                   "none", [], "")
 
+    woq = torch.compile(lambda x: F.linear(x, q.to(x.dtype)) * scale + b, dynamic=False)  # gpt-fast's int8
+    woq(x)  # the compile, before the timing
+
     return {"float32 F.linear": lambda: F.linear(x, w, b),
             "fbgemm quantized::linear_dynamic": lambda: torch.ops.quantized.linear_dynamic(x, fbgemm, True),
             "oneDNN qlinear_pointwise": qlinear,
-            "aten._weight_int8pack_mm": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scale) + b}
+            "aten._weight_int8pack_mm": lambda: torch.ops.aten._weight_int8pack_mm(x, q, scale) + b,
+            "weight-only int8, compiled": lambda: woq(x)}
 
 
 def main(argv: list[str] | None = None) -> None:
