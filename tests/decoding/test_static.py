@@ -193,3 +193,26 @@ def test_compiled_int8_decoding_gives_the_eager_int8_tokens_in_one_graph_a_shape
     transformer = quantize(seq2seq("transformer-tiny"))
     assert compiled_equals_eager(transformer, sources(transformer), None, num_beams=3)
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters["graph_break"])
+
+
+def test_compiled_int8_slots_step_as_the_eager_int8_slots():
+    """A server's slots (:class:`StaticSlots`) over an int8 model: the compiled step's tokens are the eager step's
+    (in int8 a row's product depends on the rows beside it, its outlier channels taken apart for all of them, so
+    slots are compared with slots, not with a row decoding alone)."""
+    from aiayn.decoding.static import StaticSlots
+    from aiayn.layers.int8 import quantize
+
+    gpt = quantize(model("gpt-tiny"))
+    runs = []
+    with torch.no_grad():
+        for flag in (False, True):
+            slots = StaticSlots(gpt, slots=4, length=24, compile=flag)
+            token = slots.join([0, 2], [[5, 9, 12], [7, 3, 4, 4, 8]]).argmax(-1)  # two rows in slots 0 and 2
+            tokens = torch.zeros(4, dtype=torch.long)
+            got = []
+            for _ in range(8):
+                tokens[[0, 2]] = token
+                token = slots.step(tokens)[[0, 2]].argmax(-1)
+                got.append(token)
+            runs.append(torch.stack(got))
+    assert torch.equal(*runs)
