@@ -9,11 +9,14 @@
                 up to 16 (on, a dynamic size of the one compiled step), switched by ``aiayn.decoding.static.BUCKET``
     beam-table  beam search's reordering: the buffers' rows copied every step (off) or a table of rows moved,
                 which the step reads the buffers through (on), switched by ``aiayn.decoding.static.BEAM_TABLE``
+    rank        beam search's ranking after the model (top-k of the candidates, the finished set, the stopping
+                test): eager (off) or through ``torch.compile`` (on), switched by ``aiayn.decoding.beam.COMPILE_RANK``
 
     python benchmarks/compiled_step_switches.py --switch attention [--threads 2] [--rounds 8]
     python benchmarks/compiled_step_switches.py --switch min-chunk
     python benchmarks/compiled_step_switches.py --switch width
     python benchmarks/compiled_step_switches.py --switch beam-table --cases translation-beam4-b16
+    python benchmarks/compiled_step_switches.py --switch rank --cases translation-beam4-b16
     python benchmarks/compiled_step_switches.py --switch attention --quick   # toy sizes, into a temporary folder
 
 Each case is an ``aiayn bench`` case's own work with ``compile=True``: the Marian-shaped translation model (batch 16,
@@ -36,6 +39,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch import Tensor
 
+import aiayn.decoding.beam as beam
 import aiayn.decoding.static as static
 import aiayn.layers.functional as functional
 from aiayn.benchmark.cases import generation
@@ -66,7 +70,7 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
 
 
 NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk"),  # (off, on) in the results
-         "width": ("buffer", "filled"), "beam-table": ("copied", "table")}
+         "width": ("buffer", "filled"), "beam-table": ("copied", "table"), "rank": ("eager", "compiled")}
 STEPS = (static._gpt_step, static._seq2seq_step)
 DEFAULT_MIN_CHUNK = inductor_config.cpp.min_chunk_size  # inductor's own (512)
 MIN_CHUNK = 1 << 16  # the alternative: a decode step's elementwise kernels (a layer norm of B x C) on one thread
@@ -94,6 +98,10 @@ def switch(name: str) -> Callable[[bool], None]:
         def beam_table(on: bool) -> None:
             static.BEAM_TABLE = on
         return beam_table
+    if name == "rank":
+        def rank(on: bool) -> None:
+            beam.COMPILE_RANK = on
+        return rank
     steps = {False: chunked(DEFAULT_MIN_CHUNK), True: chunked(MIN_CHUNK)}
 
     def min_chunk(on: bool) -> None:

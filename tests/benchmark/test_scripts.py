@@ -449,7 +449,8 @@ def test_speculative_quick_decodes_the_plain_greedy_tokens(tmp_path):
 
 @pytest.mark.slow  # compiles each quick case's step twice (once per setting): about a minute a switch
 @pytest.mark.parametrize("switch, off, on", [("attention", "fused", "explicit"), ("min-chunk", "default", "min_chunk"),
-                                             ("width", "buffer", "filled"), ("beam-table", "copied", "table")])
+                                             ("width", "buffer", "filled"), ("beam-table", "copied", "table"),
+                                             ("rank", "eager", "compiled")])
 def test_compiled_step_switches_quick_decode_the_same_tokens_either_way(tmp_path, switch, off, on):
     run_script("compiled_step_switches", "--switch", switch, "--quick", "--out", tmp_path / "out", cwd=tmp_path,
                timeout=600)

@@ -216,3 +216,37 @@ def test_compiled_int8_slots_step_as_the_eager_int8_slots():
                 got.append(token)
             runs.append(torch.stack(got))
     assert torch.equal(*runs)
+
+
+def test_beam_searchs_ranking_compiled_gives_the_same_hypotheses_as_sentences_leave(monkeypatch):
+    """``beam.COMPILE_RANK``: the ranking after the model through ``torch.compile`` (one graph of tensors of fixed
+    shapes), the eager hypotheses and scores; when sentences finish at different steps and leave the search, it is
+    compiled at most twice more (dynamic in the sentences left, and one sentence), never once per step."""
+    from torch._dynamo.utils import counters
+
+    from aiayn.decoding import beam
+
+    net = seq2seq("transformer-tiny")
+    net.generator.bias.data[net.cfg.eos_id] += 6.0  # sentences end early, at different steps
+    torch.manual_seed(3)
+    src = torch.randint(4, 60, (6, 7))
+    eager = beam.beam_search(net, src, beam=3, max_len=12, return_scores=True, num_return_sequences=2)
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(beam, "COMPILE_RANK", True)
+    monkeypatch.setattr(beam, "_compiled_rank", {})
+    left = []
+    reorder = static_module.Static.reorder
+
+    def spy(self, index, fewer=True):
+        if fewer:
+            left.append(index.numel())
+        reorder(self, index, fewer)
+
+    monkeypatch.setattr(static_module.Static, "reorder", spy)
+    ranked = beam.beam_search(net, src, beam=3, max_len=12, return_scores=True, num_return_sequences=2,
+                              compile=True)
+    assert torch.equal(ranked[0], eager[0]) and torch.allclose(ranked[1], eager[1])
+    assert len(left) >= 2 and left == sorted(left, reverse=True)  # the rows of sentences left, fewer each time
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert 2 <= counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])  # the step, the ranking (again)

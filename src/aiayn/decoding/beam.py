@@ -22,6 +22,11 @@ sentence is done when its worst finished score beats anything a live beam could 
 only fall, its ``lp`` is at most the one of the longest length still possible). Hypotheses still live at
 ``max_len`` are scored as they stand.
 
+The ranking after the model (:func:`_rank`) is a function of tensors of fixed shapes: the hypotheses' ids live in
+a buffer of ``max_len + 1`` columns written at a position held in a tensor, so with ``compile=True`` it runs
+through ``torch.compile`` as one graph beside the compiled step, instead of some forty small operations, where
+:data:`COMPILE_RANK` says so (off: on a CPU it measured 1.02x).
+
 Shapes: B batch, K beams, V target vocabulary, S source length, C d_model, t tokens generated so far.
 """
 
@@ -61,6 +66,71 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
 STOPS = ("never", False, True)
 
 
+def _rank(logp: Tensor, live_sum: Tensor, seqs: Tensor, column: Tensor, columns: Tensor, lp: Tensor, bound: Tensor,
+          fin: tuple[Tensor, ...], out: tuple[Tensor, ...], stopped: Tensor, eos: tuple[int, ...],
+          early_stopping: bool | str) -> tuple[Tensor, ...]:
+    """One step of the search after the model, a function of tensors of the same shapes at every step (so that
+    ``torch.compile`` compiles it once): the log-probabilities ``logp`` ``(A*K, V)`` of the live hypotheses,
+    whose summed log-probs are ``live_sum`` ``(A, K)`` and whose ids ``seqs`` ``(A, K, L+1)`` hold the first id
+    and then the tokens chosen so far, up to ``column`` (a 0-dim tensor, t; ``columns`` ``(L+1,)`` their
+    indices), padded after. ``lp``: the length penalty at t; ``bound``: the one :func:`_stops` divides by.
+    ``fin``: the finished set ``(ids (A, K, L), sums (A, K), scores (A, K))``, best first; ``out``: the ``n``
+    best ``(ids (A, n, L), sums (A, n))`` of the sentences settled (``stopped`` ``(A,)``), whose results are
+    final. Returns the new ``live_sum, seqs, fin..., out..., stopped`` and ``rows`` ``(A, K)``: the row each new
+    live beam extends."""
+    neg_inf = float("-inf")
+    fin_seq, fin_sum, fin_score = fin
+    A, K = live_sum.shape
+    V = logp.size(-1)
+    cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
+    top_sum, top_idx = cand_sum.topk(min(max(2, 1 + len(eos)) * K, K * V), dim=1)  # (A, 2K) best first
+    top_beam, top_tok = top_idx // V, top_idx % V  # (A, 2K)
+    top_seq = torch.where(columns == column, top_tok[..., None], _take(seqs, top_beam))  # (A, 2K, L+1)
+    is_eos = ends(top_tok, eos)  # (A, 2K)
+
+    # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
+    # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
+    settled = stopped[:, None]  # (A, 1) their finished set is final
+    new_score = (top_sum / lp).masked_fill(~is_eos, neg_inf)[:, :K]  # (A, K)
+    best_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
+    fin_sum = torch.where(settled, fin_sum, _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep))  # (A, K)
+    fin_seq = torch.where(settled[..., None], fin_seq, _take(torch.cat([fin_seq, top_seq[:, :K, 1:]], dim=1), keep))
+    fin_score = torch.where(settled, fin_score, best_score)  # (A, K)
+
+    # Live: the first K candidates that do not end in </s> (a stable sort moves them to the front).
+    pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (A, K)
+    live_sum = top_sum.gather(1, pick)  # (A, K) still best first
+    seqs = _take(top_seq, pick)  # (A, K, L+1)
+    rows = torch.arange(A, device=logp.device)[:, None] * K + top_beam.gather(1, pick)  # (A, K) rows extended
+
+    # Sentences that stop: their n best are final now (computed for every sentence, nothing read back).
+    done = _stops(fin_score, live_sum, bound, early_stopping) & ~stopped  # (A,)
+    out_ids, out_sum = out
+    best = fin_score.topk(out_sum.size(1), dim=1).indices  # (A, n) best first
+    out_ids = torch.where(done[:, None, None], _take(fin_seq, best), out_ids)
+    out_sum = torch.where(done[:, None], fin_sum.gather(1, best), out_sum)
+    return live_sum, seqs, fin_seq, fin_sum, fin_score, out_ids, out_sum, stopped | done, rows
+
+
+# With compile=True the ranking goes through torch.compile too; False: it runs eagerly beside the compiled step.
+# Off: on a CPU its time is the top-k of K x V candidates, not dispatch, and compiling it measured 1.02x on the
+# Marian-shaped beam-4 decoding (benchmarks/compiled_step_switches.py --switch rank), short of paying for the
+# compile again with dynamic shapes when the first sentence leaves the search.
+COMPILE_RANK = False
+
+_compiled_rank: dict[str, Callable[..., tuple[Tensor, ...]]] = {}  # torch.compile(_rank), once per process
+
+
+def _ranker(compile: bool) -> Callable[..., tuple[Tensor, ...]]:
+    """:func:`_rank`, or with ``compile`` (and :data:`COMPILE_RANK`) its ``torch.compile``, dynamic in the
+    sentences still searched, so that sentences leaving compile it at most once more."""
+    if not (compile and COMPILE_RANK):
+        return _rank
+    if "rank" not in _compiled_rank:
+        _compiled_rank["rank"] = torch.compile(_rank)
+    return _compiled_rank["rank"]
+
+
 def _search(
     step: Callable[[Tensor, int], Tensor],
     reorder: Callable[[Tensor, bool], None],
@@ -77,109 +147,92 @@ def _search(
     device: torch.device,
     process: Callable[[Tensor, Tensor], Tensor] | None = None,
     n_best: int = 1,
+    compile: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(A*K, V)`` of the
     live hypotheses ``seqs`` ``(A*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far) of the ``A``
     sentences still searched; ``reorder(rows, fewer)`` makes the model's rows (its cache, and with ``fewer``
     its source) the ``rows`` given: the surviving beams, and with ``fewer`` only those of sentences not done,
     so a finished sentence is not computed any further; ``process(logp, seqs)`` changes the log-probabilities
-    ``(A*K, V)`` before they are ranked (a repetition penalty, ...). Returns ``(ids (B*n, L), sums (B*n,))``, the
-    ``n_best`` best hypotheses of each sentence, best first (rows ``b*n .. b*n + n - 1`` are sentence ``b``'s),
-    without ``first_id``, and their summed log-probabilities."""
-    K = beam
+    ``(A*K, V)`` before they are ranked (a repetition penalty, ...); ``compile``: the ranking (:func:`_rank`)
+    through ``torch.compile``. Returns ``(ids (B*n, L), sums (B*n,))``, the ``n_best`` best hypotheses of each
+    sentence, best first (rows ``b*n .. b*n + n - 1`` are sentence ``b``'s), without ``first_id``, and their
+    summed log-probabilities."""
+    K, n, L = beam, n_best, max_len
     neg_inf = float("-inf")
+    rank = _ranker(compile)
     active = torch.arange(batch, device=device)  # (A,) the sentences still searched
-    n = n_best
-    out_ids = torch.full((batch, n, max_len), pad_id, dtype=torch.long, device=device)  # (B, n, max_len)
-    out_sum = torch.full((batch, n), neg_inf, device=device)  # (B, n)
-    seqs = torch.full((batch * K, 1), first_id, dtype=torch.long, device=device)  # (A*K, t+1)
+    result_ids = torch.full((batch, n, L), pad_id, dtype=torch.long, device=device)  # (B, n, L)
+    result_sum = torch.full((batch, n), neg_inf, device=device)  # (B, n)
+    seqs = torch.full((batch, K, L + 1), pad_id, dtype=torch.long, device=device)  # (A, K, L+1)
+    seqs[:, :, 0] = first_id
+    columns = torch.arange(L + 1, device=device)  # (L+1,)
     # Only beam 0 is live at the start, so step 1 does not fill the beam with K copies of one hypothesis.
     live_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K) summed log-probs
     live_sum[:, 0] = 0.0
-    fin_seq = torch.full((batch, K, max_len), pad_id, dtype=torch.long, device=device)  # (A, K, max_len)
-    fin_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K)
-    fin_score = torch.full((batch, K), neg_inf, device=device)  # (A, K) length-normalised, best first
-
+    fin: tuple[Tensor, ...] = (torch.full((batch, K, L), pad_id, dtype=torch.long, device=device),  # (A, K, L) ids
+           torch.full((batch, K), neg_inf, device=device),  # (A, K) summed log-probs
+           torch.full((batch, K), neg_inf, device=device))  # (A, K) length-normalised scores, best first
+    out: tuple[Tensor, ...] = (result_ids.clone(), result_sum.clone())  # (A, n, L), (A, n): the settled ones
     stopped = torch.zeros(batch, dtype=torch.bool, device=device)  # (A,) settled, searched until the next check
     every = check_every(device)
 
-    def settle(which: Tensor, score: Tensor, sums: Tensor, seq: Tensor) -> None:
-        """Write the ``n`` best hypotheses of the sentences ``active[which]`` (``which``: ``(A,)`` bool) into the
-        output (computed for every sentence, so nothing is read back to select them)."""
-        best = score.topk(n, dim=1).indices  # (A, n) best first
-        out_ids[active] = torch.where(which[:, None, None], _take(seq, best), out_ids[active])
-        out_sum[active] = torch.where(which[:, None], sums.gather(1, best), out_sum[active])
+    def bound(t: int) -> float:
+        """The length penalty :func:`_stops` scores the best live beam with after step ``t``."""
+        if early_stopping == "never":  # lp is largest at one end of the lengths still possible, t + 1 .. L
+            return max(penalty(t + 1, length_penalty), penalty(L, length_penalty))
+        return penalty(t, length_penalty)
 
-    def unless_stopped(new: Tensor, old: Tensor) -> Tensor:
-        """``new`` for the sentences still searched, ``old`` for those settled (their finished set is final)."""
-        return torch.where(stopped.view(-1, *[1] * (new.dim() - 1)), old, new)
+    def scalar(x: float) -> Tensor:  # a tensor, not a constant: one compiled rank for every step
+        return torch.tensor(x, device=device)
 
-    for t in range(1, max_len + 1):  # t: tokens generated after this step
+    for t in range(1, L + 1):  # t: tokens generated after this step
         A = active.numel()
-        logp = step(seqs, t).float().log_softmax(-1)  # (A*K, V)
+        logp = step(seqs.view(A * K, L + 1)[:, :t], t).float().log_softmax(-1)  # (A*K, V)
         if blocked is not None:  # padding is not a word (a pad inside a prefix would be masked out on recompute)
             logp[:, blocked] = neg_inf
         if process is not None:
-            logp = process(logp, seqs)
-        V = logp.size(-1)
-        cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
-        top_sum, top_idx = cand_sum.topk(min(max(2, 1 + len(eos)) * K, K * V), dim=1)  # (A, 2K) best first
-        top_beam, top_tok = top_idx // V, top_idx % V  # (A, 2K)
-        top_seq = torch.cat([_take(seqs.view(A, K, t), top_beam), top_tok[..., None]], dim=2)  # (A, 2K, t+1)
-        is_eos = ends(top_tok, eos)  # (A, 2K)
-
-        # Finished: candidates ending in </s> among the top K join the finished set, which keeps its best K.
-        # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
-        new_score = (top_sum / penalty(t, length_penalty)).masked_fill(~is_eos, neg_inf)[:, :K]  # (A, K)
-        new_seq = torch.nn.functional.pad(top_seq[:, :K, 1:], (0, max_len - t), value=pad_id)  # (A, K, max_len)
-        best_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
-        fin_sum = unless_stopped(_take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep), fin_sum)  # (A, K)
-        fin_seq = unless_stopped(_take(torch.cat([fin_seq, new_seq], dim=1), keep), fin_seq)  # (A, K, max_len)
-        fin_score = unless_stopped(best_score, fin_score)  # (A, K)
-
-        # Live: the first K candidates that do not end in </s> (a stable sort moves them to the front).
-        pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (A, K)
-        live_sum = top_sum.gather(1, pick)  # (A, K) still best first
-        seqs = _take(top_seq, pick).view(A * K, t + 1)  # (A*K, t+1)
-        if t == max_len:
+            logp = process(logp, seqs.view(A * K, L + 1)[:, :t])
+        ranked = rank(logp, live_sum, seqs, scalar(t), columns, scalar(penalty(t, length_penalty)), scalar(bound(t)),
+                      fin, out, stopped, eos, early_stopping)
+        live_sum, seqs, rows = ranked[0], ranked[1], ranked[-1]
+        fin = ranked[2:5]
+        if t == L:
             break
-        rows = torch.arange(A, device=device)[:, None] * K + top_beam.gather(1, pick)  # (A, K) rows extended
-        # Sentences that stop: their result is fixed now; they leave the batch at the next check.
-        done = _stops(fin_score, live_sum, t, max_len, length_penalty, penalty, early_stopping) & ~stopped  # (A,)
-        settle(done, fin_score, fin_sum, fin_seq)
-        stopped |= done
+        out, stopped = ranked[5:7], ranked[7]
         if t % every or not bool(stopped.any()):  # the one read back from the device, every `every` steps
             reorder(rows.view(-1), False)
             continue
-        # The others go on without them.
+        # The others go on without them; the results of those stopped are final.
+        result_ids[active], result_sum[active] = out
         go = (~stopped).nonzero()[:, 0]  # (A',)
         if go.numel() == 0:
-            return trim(out_ids.view(batch * n, -1), eos), out_sum.view(-1)
-        active, live_sum, fin_score, fin_sum, fin_seq, stopped = (
-            x[go] for x in (active, live_sum, fin_score, fin_sum, fin_seq, stopped))
-        seqs = seqs.view(A, K, -1)[go].view(go.numel() * K, -1)
+            return trim(result_ids.view(batch * n, -1), eos), result_sum.view(-1)
+        active, live_sum, seqs, stopped = (x[go] for x in (active, live_sum, seqs, stopped))
+        fin, out = tuple(x[go] for x in fin), tuple(x[go] for x in out)
         reorder(rows[go].view(-1), True)
 
-    # Cut by max_len: live hypotheses of the sentences not settled compete as they stand.
-    stand = live_sum / penalty(max_len, length_penalty)  # (A, K)
-    settle(~stopped, torch.cat([fin_score, stand], dim=1), torch.cat([fin_sum, live_sum], dim=1),
-           torch.cat([fin_seq, seqs.view(active.numel(), K, -1)[:, :, 1:]], dim=1))
-    return trim(out_ids.view(batch * n, -1), eos), out_sum.view(-1)
+    # Cut by L: live hypotheses of the sentences not settled compete as they stand.
+    fin_seq, fin_sum, fin_score = fin
+    score = torch.cat([fin_score, live_sum / penalty(L, length_penalty)], dim=1)  # (A, 2K)
+    sums = torch.cat([fin_sum, live_sum], dim=1)
+    best = score.topk(n, dim=1).indices  # (A, n) best first
+    ids = _take(torch.cat([fin_seq, seqs[:, :, 1:]], dim=1), best)  # (A, n, L)
+    result_ids[active] = torch.where(stopped[:, None, None], out[0], ids)
+    result_sum[active] = torch.where(stopped[:, None], out[1], sums.gather(1, best))
+    return trim(result_ids.view(batch * n, -1), eos), result_sum.view(-1)
 
 
-def _stops(fin_score: Tensor, live_sum: Tensor, t: int, max_len: int, alpha: float,
-           penalty: Callable[[int, float], float], early_stopping: bool | str) -> Tensor:
-    """``(B,)`` whether each sentence may stop after step ``t`` (Hugging Face's ``early_stopping``):
-    ``"never"`` when no live beam can still beat the worst finished one (its log-prob only falls, and ``lp``
-    is largest at one end of the lengths still possible, ``t + 1 .. max_len``: an exact bound);
-    ``False`` when the best live beam scored at its current length does not beat it (a heuristic);
-    ``True`` as soon as ``K`` hypotheses have finished."""
+def _stops(fin_score: Tensor, live_sum: Tensor, bound: Tensor, early_stopping: bool | str) -> Tensor:
+    """``(B,)`` whether each sentence may stop (Hugging Face's ``early_stopping``), ``bound`` the length penalty
+    a live beam is scored with: ``"never"`` when no live beam can still beat the worst finished one (its log-prob
+    only falls, and ``bound`` is the largest ``lp`` of the lengths still possible, ``t + 1 .. L``: an exact
+    bound); ``False`` when the best live beam scored at its current length (``bound`` is ``lp(t)``) does not
+    beat it (a heuristic); ``True`` as soon as ``K`` hypotheses have finished."""
     worst = fin_score[:, -1]  # (B,) -inf until K have finished
     if early_stopping is True:
         return worst > float("-inf")
-    if early_stopping is False:
-        return worst >= live_sum[:, 0] / penalty(t, alpha)
-    return worst >= live_sum[:, 0] / max(penalty(t + 1, alpha), penalty(max_len, alpha))
+    return worst >= live_sum[:, 0] / bound
 
 
 @torch.no_grad()
@@ -217,7 +270,8 @@ def beam_search(
         processing: changes the log-probabilities before they are ranked
             (:class:`~aiayn.decoding.processing.Processing`: repetition penalty, n-gram bans, a minimum length).
         compile: the steps over a static cache whose rows are reordered in place, the one-token step through
-            ``torch.compile`` (:class:`~aiayn.decoding.static.StaticSeq2Seq`): the same hypotheses.
+            ``torch.compile`` (:class:`~aiayn.decoding.static.StaticSeq2Seq`; the ranking too with
+            :data:`COMPILE_RANK`): the same hypotheses.
 
     Returns:
         ``(B * n, L)`` ids after ``<s>`` (rows ``b * n`` to ``b * n + n - 1`` are sentence ``b``'s), each row
@@ -262,7 +316,7 @@ def beam_search(
             return processing(logp, seqs, seqs.size(1) - 1)
 
     ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty,
-                        penalty, early_stopping, cfg.pad_id, src.device, process, num_return_sequences)
+                        penalty, early_stopping, cfg.pad_id, src.device, process, num_return_sequences, compile)
     return (ids, sums) if return_scores else ids
 
 
@@ -359,7 +413,7 @@ def beam_search_lm(
     eos = end_ids(eos_id)
     pad = eos[0] if eos else first
     ids, sums = _search(step, reorder, B, K, first, eos, pad, max_new_tokens, length_penalty, penalty,
-                        early_stopping, None, device, process, num_return_sequences)
+                        early_stopping, None, device, process, num_return_sequences, compile)
     return (ids, sums) if return_scores else ids
 
 
