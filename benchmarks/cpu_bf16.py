@@ -7,11 +7,11 @@ compiled, side by side in one process.
 
 A decoding step at batch 1 reads every weight once, so half the bytes could take half the time, if the CPU
 multiplies bfloat16 as fast as it streams it: CPUs with AMX (Intel Sapphire Rapids and later: ``amx_bf16`` in
-``/proc/cpuinfo``) and AVX512-BF16 have instructions for it, others convert in software, which the README measured
-at ~150x slower. After a warm call of each (the compile, for the compiled ones), the four settings take their
-rounds in turn, the order rotating; the ratio is float32's time over bfloat16's, round by round (> 1: bfloat16
-pays). bfloat16 rounds otherwise, so its tokens are compared with float32's, not required to equal. Writes
-``benchmarks/results/cpu_bf16.json`` with the CPU's flags.
+``/proc/cpuinfo``) and AVX512-BF16 have instructions for it, others convert in software. After a warm call of
+each (the compile, for the compiled ones), the four settings take their rounds in turn, the order rotating; the
+ratio is float32's time over bfloat16's, round by round (> 1: bfloat16 pays). bfloat16 rounds otherwise, so its
+tokens are compared with float32's, not required to equal. Writes ``benchmarks/results/cpu_bf16.json`` with the
+CPU's flags.
 """
 
 from __future__ import annotations
@@ -31,15 +31,26 @@ import aiayn
 
 RESULTS = Path(__file__).parent / "results"
 FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+PROMPT = 16  # prompt tokens
+
+
+def cpuinfo() -> str:
+    """``/proc/cpuinfo``'s text; empty off Linux."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
 
 
 def cpu_flags() -> list[str]:
-    """Which of :data:`FLAGS` ``/proc/cpuinfo`` lists (none off Linux)."""
-    try:
-        words = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
+    """Which of :data:`FLAGS` ``/proc/cpuinfo`` lists."""
+    words = set(cpuinfo().split())
     return [f for f in FLAGS if f in words]
+
+
+def cpu_name() -> str:
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo().splitlines() if line.startswith("model name")),
+                "unknown")
 
 
 def quartiles(xs: list[float]) -> dict[str, float]:
@@ -61,11 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     fp32 = aiayn.build(aiayn.preset(preset, eos_id=None)).eval()  # no end token: every call makes every token
     models = {"float32": fp32, "bfloat16": copy.deepcopy(fp32).to(torch.bfloat16)}  # the same weights, rounded
-    prompt = torch.randint(4, 1000 if not args.quick else 60, (1, 16))
+    prompt = torch.randint(4, 1000 if not args.quick else 60, (1, PROMPT))
 
     def generate(dtype: str, compile: bool) -> torch.Tensor:
         with torch.no_grad():
-            return models[dtype].generate(prompt, max_new_tokens=new, do_sample=False, compile=compile)[:, 16:]
+            return models[dtype].generate(prompt, max_new_tokens=new, do_sample=False, compile=compile)[:, PROMPT:]
 
     settings = [(d, c) for c in (False, True) for d in ("float32", "bfloat16")]
     tokens, first = {}, {}
@@ -75,15 +86,16 @@ def main(argv: list[str] | None = None) -> None:
         first[f"{d}{' compiled' if c else ''}"] = round(time.perf_counter() - start, 2)
     times: dict[tuple[str, bool], list[float]] = {s: [] for s in settings}
     for r in range(rounds):
-        for d, c in settings[r % 4:] + settings[: r % 4]:  # the order rotates round by round
+        turn = r % len(settings)  # the order rotates round by round
+        for d, c in settings[turn:] + settings[:turn]:
             start = time.perf_counter()
             generate(d, c)
             times[d, c].append(time.perf_counter() - start)
     ratios = {way: [a / b for a, b in zip(times["float32", c], times["bfloat16", c])]
               for way, c in (("eager", False), ("compiled", True))}
     result = {
-        "name": "cpu_bf16", "quick": args.quick, "preset": preset, "batch": 1, "prompt_tokens": 16, "new_tokens": new,
-        "rounds": rounds, "threads": args.threads,
+        "name": "cpu_bf16", "quick": args.quick, "preset": preset, "batch": 1, "prompt_tokens": PROMPT,
+        "new_tokens": new, "rounds": rounds, "threads": args.threads,
         "machine": {"cpu": cpu_name(), "flags": cpu_flags(), "torch": torch.__version__,
                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
         "first_call_s": first,
@@ -99,13 +111,6 @@ def main(argv: list[str] | None = None) -> None:
     for way, q in result["float32_over_bfloat16"].items():
         print(f"{way}: bfloat16 {q['median']:.2f}x float32 ({q['q1']:.2f}-{q['q3']:.2f})")
     print(f"wrote {out / 'cpu_bf16.json'}")
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -178,6 +178,8 @@ def test_bad_arguments_are_named(marian):
         ours.generate(SOURCES, eos_token_id=[eos, 5])
     with pytest.raises(ValueError, match="early_stopping"):
         ours.generate(SOURCES, num_beams=2, early_stopping="sometimes")
+    with pytest.raises(ValueError, match="early_stopping=0"):  # 0 == False, but not the heuristic asked for
+        ours.generate(SOURCES, num_beams=2, early_stopping=0)
     gpt = aiayn.from_hf(gpt2())
     with pytest.raises(ValueError, match="padded on the left"):
         gpt.generate(torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[1, 1, 0]]))

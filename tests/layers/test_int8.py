@@ -318,26 +318,28 @@ def test_an_outlier_in_a_few_rows_only_is_still_taken_apart(rows, monkeypatch):
 # --- in a compiled graph ------------------------------------------------------------------------------------
 
 def test_the_opaque_int8_op_passes_pytorchs_own_checks_and_computes_the_layers_rows():
+    import copy
+
+    from aiayn.layers.int8 import opaque
+
     torch.manual_seed(0)
     layer, table = Int8Linear(nn.Linear(32, 48)), Int8Embedding(nn.Embedding(40, 32))
     model = nn.ModuleList([layer, table])
-    from aiayn.layers.int8 import opaque
-
-    assert opaque(model) is model and layer._key is not None and table._key is not None
+    assert opaque(model) is model and layer.key is not None and table.key is not None
+    assert "key" not in model.state_dict() and not any(k.endswith("key") for k in model.state_dict())  # not saved
     x = torch.randn(3, 5, 32)
     op = torch.ops.aiayn.int8_rows.default
-    for key, start, stop in [(layer._key, 0, 48), (layer._key, 16, 40), (table._key, 0, 40)]:
+    for key, start, stop in [(layer.key, 0, 48), (layer.key, 16, 40), (table.key, 0, 40)]:
         torch.library.opcheck(op, (x, key, start, stop))  # schema, fake (meta) shapes, no aliasing of its input
-    torch.testing.assert_close(op(x, layer._key, 16, 40), layer.rows(x, slice(16, 40)), rtol=0, atol=0)
-    torch.testing.assert_close(op(x, table._key, 0, 40), table.linear(x), rtol=0, atol=0)
-    import copy
-
-    twin = copy.deepcopy(layer)  # a copy is registered anew: its products are its own, never the original's
+    torch.testing.assert_close(op(x, layer.key, 16, 40), layer.rows(x, slice(16, 40)), rtol=0, atol=0)
+    torch.testing.assert_close(op(x, table.key, 0, 40), table.linear(x), rtol=0, atol=0)
+    twin = copy.deepcopy(layer)  # a copy is another layer: never the original's products, even unregistered
+    assert twin.key is None and layer.key is not None
     opaque(twin)
-    assert twin._key != layer._key
+    assert int(twin.key) != int(layer.key)
 
 
-def test_a_compiled_function_calls_each_int8_product_once_without_a_graph_break():
+def test_a_compiled_function_calls_the_int8_products_without_a_graph_break():
     from torch._dynamo.utils import counters
 
     from aiayn.layers.int8 import opaque
@@ -351,10 +353,9 @@ def test_a_compiled_function_calls_each_int8_product_once_without_a_graph_break(
         return x + down(torch.relu(up(x)))
 
     expected = block(x)
-    counters.clear()
     torch._dynamo.reset()
-    compiled = torch.compile(block, dynamic=False)
-    broken = compiled(x)  # not registered: dynamo breaks the graph at each product, still the same numbers
+    counters.clear()
+    broken = torch.compile(block, dynamic=False)(x)  # not registered: a break at each product, the same numbers
     assert counters["graph_break"] and torch.equal(broken, expected)
     torch._dynamo.reset()
     counters.clear()

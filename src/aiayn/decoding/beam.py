@@ -24,16 +24,17 @@ only fall, its ``lp`` is at most the one of the longest length still possible). 
 
 The ranking after the model (:func:`_rank`) is a function of tensors of fixed shapes: the hypotheses' ids live in
 a buffer of ``max_len + 1`` columns written at a position held in a tensor, so with ``compile=True`` it runs
-through ``torch.compile`` as one graph beside the compiled step, instead of some forty small operations, where
-:data:`COMPILE_RANK` says so (off: on a CPU it measured 1.02x).
+through ``torch.compile`` as one graph beside the compiled step, instead of several dozen small operations,
+where :data:`COMPILE_RANK` says so (off: on a CPU it measured 1.02x).
 
 Shapes: B batch, K beams, V target vocabulary, S source length, C d_model, t tokens generated so far.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -63,23 +64,42 @@ def _take(x: Tensor, index: Tensor) -> Tensor:
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
 
 
-STOPS = ("never", False, True)
+class Finished(NamedTuple):
+    """Each sentence's finished hypotheses, best first."""
+
+    ids: Tensor  # (A, K, L) without the first id, padded
+    sums: Tensor  # (A, K) summed log-probs
+    scores: Tensor  # (A, K) length-normalised: what ranks them
+
+
+class Settled(NamedTuple):
+    """The ``n`` best hypotheses of each sentence settled (final), best first; nothing yet for the others."""
+
+    ids: Tensor  # (A, n, L)
+    sums: Tensor  # (A, n)
+
+
+class Ranked(NamedTuple):
+    """What a step of the search leaves (:func:`_rank`)."""
+
+    live_sum: Tensor  # (A, K) the live beams' summed log-probs, best first
+    seqs: Tensor  # (A, K, L+1) their ids: the first id, the tokens so far, padding
+    fin: Finished
+    out: Settled
+    stopped: Tensor  # (A,) the sentences settled
+    rows: Tensor  # (A, K) the row each live beam extends (the model's rows are reordered to them)
 
 
 def _rank(logp: Tensor, live_sum: Tensor, seqs: Tensor, column: Tensor, columns: Tensor, lp: Tensor, bound: Tensor,
-          fin: tuple[Tensor, ...], out: tuple[Tensor, ...], stopped: Tensor, eos: tuple[int, ...],
-          early_stopping: bool | str) -> tuple[Tensor, ...]:
+          fin: Finished, out: Settled, stopped: Tensor, eos: tuple[int, ...], early_stopping: bool | str) -> Ranked:
     """One step of the search after the model, a function of tensors of the same shapes at every step (so that
     ``torch.compile`` compiles it once): the log-probabilities ``logp`` ``(A*K, V)`` of the live hypotheses,
     whose summed log-probs are ``live_sum`` ``(A, K)`` and whose ids ``seqs`` ``(A, K, L+1)`` hold the first id
     and then the tokens chosen so far, up to ``column`` (a 0-dim tensor, t; ``columns`` ``(L+1,)`` their
-    indices), padded after. ``lp``: the length penalty at t; ``bound``: the one :func:`_stops` divides by.
-    ``fin``: the finished set ``(ids (A, K, L), sums (A, K), scores (A, K))``, best first; ``out``: the ``n``
-    best ``(ids (A, n, L), sums (A, n))`` of the sentences settled (``stopped`` ``(A,)``), whose results are
-    final. Returns the new ``live_sum, seqs, fin..., out..., stopped`` and ``rows`` ``(A, K)``: the row each new
-    live beam extends."""
+    indices), padded after. ``lp``: the length penalty at t; ``bound``: the one :func:`_stops` divides by (0-dim
+    tensors: the same graph at every step). ``fin``: the finished hypotheses; ``out``: the results of the
+    sentences settled (``stopped`` ``(A,)``), final."""
     neg_inf = float("-inf")
-    fin_seq, fin_sum, fin_score = fin
     A, K = live_sum.shape
     V = logp.size(-1)
     cand_sum = (live_sum.view(A * K, 1) + logp).view(A, K * V)  # (A, K*V)
@@ -92,43 +112,36 @@ def _rank(logp: Tensor, live_sum: Tensor, seqs: Tensor, column: Tensor, columns:
     # (Only the top K, as fairseq does: an </s> that would not have made the beam is not a hypothesis.)
     settled = stopped[:, None]  # (A, 1) their finished set is final
     new_score = (top_sum / lp).masked_fill(~is_eos, neg_inf)[:, :K]  # (A, K)
-    best_score, keep = torch.cat([fin_score, new_score], dim=1).topk(K, dim=1)  # (A, K)
-    fin_sum = torch.where(settled, fin_sum, _take(torch.cat([fin_sum, top_sum[:, :K]], dim=1), keep))  # (A, K)
-    fin_seq = torch.where(settled[..., None], fin_seq, _take(torch.cat([fin_seq, top_seq[:, :K, 1:]], dim=1), keep))
-    fin_score = torch.where(settled, fin_score, best_score)  # (A, K)
+    best_score, keep = torch.cat([fin.scores, new_score], dim=1).topk(K, dim=1)  # (A, K)
+    fin = Finished(
+        torch.where(settled[..., None], fin.ids, _take(torch.cat([fin.ids, top_seq[:, :K, 1:]], dim=1), keep)),
+        torch.where(settled, fin.sums, _take(torch.cat([fin.sums, top_sum[:, :K]], dim=1), keep)),
+        torch.where(settled, fin.scores, best_score))
 
     # Live: the first K candidates that do not end in </s> (a stable sort moves them to the front).
     pick = torch.sort(is_eos.long(), dim=1, stable=True).indices[:, :K]  # (A, K)
     live_sum = top_sum.gather(1, pick)  # (A, K) still best first
-    seqs = _take(top_seq, pick)  # (A, K, L+1)
     rows = torch.arange(A, device=logp.device)[:, None] * K + top_beam.gather(1, pick)  # (A, K) rows extended
 
     # Sentences that stop: their n best are final now (computed for every sentence, nothing read back).
-    done = _stops(fin_score, live_sum, bound, early_stopping) & ~stopped  # (A,)
-    out_ids, out_sum = out
-    best = fin_score.topk(out_sum.size(1), dim=1).indices  # (A, n) best first
-    out_ids = torch.where(done[:, None, None], _take(fin_seq, best), out_ids)
-    out_sum = torch.where(done[:, None], fin_sum.gather(1, best), out_sum)
-    return live_sum, seqs, fin_seq, fin_sum, fin_score, out_ids, out_sum, stopped | done, rows
+    done = _stops(fin.scores, live_sum, bound, early_stopping) & ~stopped  # (A,)
+    best = fin.scores.topk(out.sums.size(1), dim=1).indices  # (A, n) best first
+    out = Settled(torch.where(done[:, None, None], _take(fin.ids, best), out.ids),
+                  torch.where(done[:, None], fin.sums.gather(1, best), out.sums))
+    return Ranked(live_sum, _take(top_seq, pick), fin, out, stopped | done, rows)
 
 
 # With compile=True the ranking goes through torch.compile too; False: it runs eagerly beside the compiled step.
-# Off: on a CPU its time is the top-k of K x V candidates, not dispatch, and compiling it measured 1.02x on the
-# Marian-shaped beam-4 decoding (benchmarks/compiled_step_switches.py --switch rank), short of paying for the
-# compile again with dynamic shapes when the first sentence leaves the search.
+# Off: compiling it measured 1.02x on the Marian-shaped beam-4 decoding (benchmarks/compiled_step_switches.py
+# --switch rank; most of its time, by torch's profiler, is the top-k of K x V candidates, which compiling does not
+# shorten), short of paying for the compile again with dynamic shapes when the first sentence leaves the search.
 COMPILE_RANK = False
 
-_compiled_rank: dict[str, Callable[..., tuple[Tensor, ...]]] = {}  # torch.compile(_rank), once per process
 
-
-def _ranker(compile: bool) -> Callable[..., tuple[Tensor, ...]]:
-    """:func:`_rank`, or with ``compile`` (and :data:`COMPILE_RANK`) its ``torch.compile``, dynamic in the
-    sentences still searched, so that sentences leaving compile it at most once more."""
-    if not (compile and COMPILE_RANK):
-        return _rank
-    if "rank" not in _compiled_rank:
-        _compiled_rank["rank"] = torch.compile(_rank)
-    return _compiled_rank["rank"]
+@functools.cache
+def _compiled_rank() -> Callable[..., Ranked]:
+    """``torch.compile(_rank)``, once per process; dynamic in the sentences still searched once some leave."""
+    return torch.compile(_rank)
 
 
 def _search(
@@ -160,7 +173,7 @@ def _search(
     summed log-probabilities."""
     K, n, L = beam, n_best, max_len
     neg_inf = float("-inf")
-    rank = _ranker(compile)
+    rank = _compiled_rank() if compile and COMPILE_RANK else _rank
     active = torch.arange(batch, device=device)  # (A,) the sentences still searched
     result_ids = torch.full((batch, n, L), pad_id, dtype=torch.long, device=device)  # (B, n, L)
     result_sum = torch.full((batch, n), neg_inf, device=device)  # (B, n)
@@ -170,10 +183,9 @@ def _search(
     # Only beam 0 is live at the start, so step 1 does not fill the beam with K copies of one hypothesis.
     live_sum = torch.full((batch, K), neg_inf, device=device)  # (A, K) summed log-probs
     live_sum[:, 0] = 0.0
-    fin: tuple[Tensor, ...] = (torch.full((batch, K, L), pad_id, dtype=torch.long, device=device),  # (A, K, L) ids
-           torch.full((batch, K), neg_inf, device=device),  # (A, K) summed log-probs
-           torch.full((batch, K), neg_inf, device=device))  # (A, K) length-normalised scores, best first
-    out: tuple[Tensor, ...] = (result_ids.clone(), result_sum.clone())  # (A, n, L), (A, n): the settled ones
+    fin = Finished(torch.full((batch, K, L), pad_id, dtype=torch.long, device=device),
+                   torch.full((batch, K), neg_inf, device=device), torch.full((batch, K), neg_inf, device=device))
+    out = Settled(result_ids.clone(), result_sum.clone())  # the sentences still searched, as they are active
     stopped = torch.zeros(batch, dtype=torch.bool, device=device)  # (A,) settled, searched until the next check
     every = check_every(device)
 
@@ -183,8 +195,10 @@ def _search(
             return max(penalty(t + 1, length_penalty), penalty(L, length_penalty))
         return penalty(t, length_penalty)
 
-    def scalar(x: float) -> Tensor:  # a tensor, not a constant: one compiled rank for every step
-        return torch.tensor(x, device=device)
+    def scalar(x: float) -> Tensor:
+        """``x`` as a 0-dim CPU tensor: an input of the compiled rank, not a constant of it (one graph for every
+        step); on a GPU a CPU scalar is read as a number, no copy to the device and no wait for it."""
+        return torch.tensor(x)
 
     for t in range(1, L + 1):  # t: tokens generated after this step
         A = active.numel()
@@ -195,11 +209,10 @@ def _search(
             logp = process(logp, seqs.view(A * K, L + 1)[:, :t])
         ranked = rank(logp, live_sum, seqs, scalar(t), columns, scalar(penalty(t, length_penalty)), scalar(bound(t)),
                       fin, out, stopped, eos, early_stopping)
-        live_sum, seqs, rows = ranked[0], ranked[1], ranked[-1]
-        fin = ranked[2:5]
-        if t == L:
+        live_sum, seqs, fin, rows = ranked.live_sum, ranked.seqs, ranked.fin, ranked.rows
+        if t == L:  # no sentence settles at the last step: all compete below with their live beams
             break
-        out, stopped = ranked[5:7], ranked[7]
+        out, stopped = ranked.out, ranked.stopped
         if t % every or not bool(stopped.any()):  # the one read back from the device, every `every` steps
             reorder(rows.view(-1), False)
             continue
@@ -209,17 +222,16 @@ def _search(
         if go.numel() == 0:
             return trim(result_ids.view(batch * n, -1), eos), result_sum.view(-1)
         active, live_sum, seqs, stopped = (x[go] for x in (active, live_sum, seqs, stopped))
-        fin, out = tuple(x[go] for x in fin), tuple(x[go] for x in out)
+        fin, out = Finished(*(x[go] for x in fin)), Settled(*(x[go] for x in out))
         reorder(rows[go].view(-1), True)
 
     # Cut by L: live hypotheses of the sentences not settled compete as they stand.
-    fin_seq, fin_sum, fin_score = fin
-    score = torch.cat([fin_score, live_sum / penalty(L, length_penalty)], dim=1)  # (A, 2K)
-    sums = torch.cat([fin_sum, live_sum], dim=1)
+    score = torch.cat([fin.scores, live_sum / penalty(L, length_penalty)], dim=1)  # (A, 2K)
+    sums = torch.cat([fin.sums, live_sum], dim=1)
     best = score.topk(n, dim=1).indices  # (A, n) best first
-    ids = _take(torch.cat([fin_seq, seqs[:, :, 1:]], dim=1), best)  # (A, n, L)
-    result_ids[active] = torch.where(stopped[:, None, None], out[0], ids)
-    result_sum[active] = torch.where(stopped[:, None], out[1], sums.gather(1, best))
+    ids = _take(torch.cat([fin.ids, seqs[:, :, 1:]], dim=1), best)  # (A, n, L)
+    result_ids[active] = torch.where(stopped[:, None, None], out.ids, ids)
+    result_sum[active] = torch.where(stopped[:, None], out.sums, sums.gather(1, best))
     return trim(result_ids.view(batch * n, -1), eos), result_sum.view(-1)
 
 
@@ -424,7 +436,7 @@ def _check(beam: int, normalize: str, early_stopping: bool | str, n_best: int) -
         raise ValueError(f"num_return_sequences={n_best} must be between 1 and the beam size {beam}")
     if normalize not in PENALTIES:
         raise ValueError(f"normalize={normalize!r} must be one of {sorted(PENALTIES)}")
-    if early_stopping not in STOPS:
+    if not (early_stopping is True or early_stopping is False or early_stopping == "never"):  # not 0 or 1
         raise ValueError(f"early_stopping={early_stopping!r} must be True, False or 'never'")
     return PENALTIES[normalize]
 

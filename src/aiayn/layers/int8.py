@@ -69,7 +69,33 @@ def _pack(q: Tensor, scale: Tensor):
     return torch.ops.quantized.linear_prepack(qw, None)
 
 
-class Int8Linear(nn.Module):
+class _Opaque(nn.Module):
+    """An int8 layer that :func:`opaque` can make one operation of a compiled graph: ``key``, a 0-dim buffer
+    (not saved), is its number among the layers registered. A buffer, not an ``int`` attribute: the compiled
+    step reads it as an input, so one graph serves every int8 model of its shapes, where dynamo would guard on
+    an ``int`` and compile again for each new model. A copy is another layer: it is registered anew."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key: Tensor | None
+        self.register_buffer("key", None, persistent=False)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_buffers"] = {**state["_buffers"], "key": None}  # the copy's products are its own
+        return state
+
+    def _opaque(self, x: Tensor, start: int, stop: int) -> Tensor | None:
+        """Under ``torch.compile``, once registered: the product as the one operation ``aiayn::int8_rows``."""
+        if self.key is not None and torch.compiler.is_compiling():
+            return torch.ops.aiayn.int8_rows(x, self.key, start, stop)
+        return None
+
+    def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        raise NotImplementedError
+
+
+class Int8Linear(_Opaque):
     """A ``Linear`` with int8 weights; ``forward`` and :meth:`rows` compute what the float layer's would,
     to int8 rounding.
 
@@ -90,7 +116,6 @@ class Int8Linear(nn.Module):
         self._packs = {(0, self.out_features): _pack(q, scale)}  # (first row, end row) -> packed
         self._tiling: list[tuple[int, int]] | None = None  # slices that stand for the whole, once it is dropped
         self._columns: dict[int, Tensor] = {}  # input channel -> its weight column (O,) in float32, once needed
-        self._key: int | None = None  # set by opaque(): the product is one operation in a compiled graph
 
     def forward(self, x: Tensor) -> Tensor:  # (..., K) -> (..., O)
         return self.rows(x, slice(None))
@@ -98,9 +123,8 @@ class Int8Linear(nn.Module):
     def rows(self, x: Tensor, rows: slice) -> Tensor:
         """``x`` ``(..., K)`` through the output rows ``rows`` alone -> ``(..., len(rows))``."""
         start, stop, _ = rows.indices(self.out_features)
-        if self._key is not None and torch.compiler.is_compiling():
-            return torch.ops.aiayn.int8_rows(x, self._key, start, stop)
-        return self._rows(x, start, stop)
+        opaque = self._opaque(x, start, stop)
+        return self._rows(x, start, stop) if opaque is None else opaque
 
     def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32:
@@ -173,7 +197,7 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per row"
 
 
-class Int8Embedding(nn.Module):
+class Int8Embedding(_Opaque):
     """A token table in int8, one scale per token: ``forward(ids)`` reads ``q[ids] * scale[ids]``."""
 
     def __init__(self, table: nn.Embedding) -> None:
@@ -186,7 +210,6 @@ class Int8Embedding(nn.Module):
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
         self._product: Int8Linear | None = None  # the tied output's product, once used
-        self._key: int | None = None  # set by opaque(): the product is one operation in a compiled graph
 
     def forward(self, ids: Tensor) -> Tensor:  # (...) -> (..., C)
         return self.q[ids].float() * self.scale[ids, None]
@@ -195,10 +218,8 @@ class Int8Embedding(nn.Module):
         """``x`` ``(..., C)`` times the table's transpose, plus ``bias`` -> ``(..., V)``: an output tied to the
         table (:func:`aiayn.layers.tied_linear`), multiplied in int8 as an :class:`Int8Linear` of the same
         rows, packed on first use."""
-        if self._key is not None and torch.compiler.is_compiling():
-            out = torch.ops.aiayn.int8_rows(x, self._key, 0, self.num_embeddings)
-        else:
-            out = self._rows(x, 0, self.num_embeddings)
+        out = self._opaque(x, 0, self.num_embeddings)
+        out = self._rows(x, 0, self.num_embeddings) if out is None else out
         return out if bias is None else out + bias
 
     def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
@@ -240,33 +261,33 @@ def quantize(model: nn.Module) -> nn.Module:
     return model
 
 
-_OPAQUE: weakref.WeakValueDictionary[int, Int8Linear | Int8Embedding] = weakref.WeakValueDictionary()
+_OPAQUE: weakref.WeakValueDictionary[int, _Opaque] = weakref.WeakValueDictionary()  # key -> layer
 _keys = itertools.count()
 
 
 @torch.library.custom_op("aiayn::int8_rows", mutates_args=())
-def _int8_rows(x: Tensor, key: int, start: int, stop: int) -> Tensor:
+def _int8_rows(x: Tensor, key: Tensor, start: int, stop: int) -> Tensor:
     """The product of ``x`` ``(..., K)`` by the int8 rows ``start:stop`` of the layer :func:`opaque` registered as
-    ``key``, one operation to ``torch.compile`` -> ``(..., stop - start)``."""
-    layer = _OPAQUE.get(key)
+    ``key`` (a 0-dim tensor), one operation to ``torch.compile`` -> ``(..., stop - start)``."""
+    layer = _OPAQUE.get(int(key))
     if layer is None:
-        raise RuntimeError(f"int8 layer {key} is gone: compile the model that opaque() registered")
+        raise RuntimeError(f"int8 layer {int(key)} is gone: compile the model that opaque() registered")
     return layer._rows(x, start, stop)
 
 
 @_int8_rows.register_fake
-def _(x: Tensor, key: int, start: int, stop: int) -> Tensor:
+def _(x: Tensor, key: Tensor, start: int, stop: int) -> Tensor:
     return x.new_empty((*x.shape[:-1], stop - start))
 
 
 def opaque(model: nn.Module) -> nn.Module:
     """Make each int8 product of ``model`` one opaque operation (``aiayn::int8_rows``) when ``torch.compile``
-    traces it, instead of a graph break at every product; eager calls are unchanged (a copy of a registered model
-    is registered anew). Returns ``model``."""
+    traces it, instead of a graph break at every product; eager calls are unchanged. Returns ``model``."""
     for m in model.modules():
-        if isinstance(m, (Int8Linear, Int8Embedding)) and (m._key is None or _OPAQUE.get(m._key) is not m):
-            m._key = next(_keys)
-            _OPAQUE[m._key] = m
+        if isinstance(m, _Opaque) and m.key is None:  # a copy comes without its original's key
+            k = next(_keys)
+            m.key = torch.tensor(k)
+            _OPAQUE[k] = m
     return model
 
 

@@ -4,6 +4,8 @@ GGUF its own converter makes from our exported folder: :mod:`aiayn.benchmark.pee
     llama-124m-generate-llamacpp            ours eager, float32         llama.cpp f32
     llama-124m-generate-llamacpp-int8       ours int8 (fbgemm, eager)   llama.cpp q8_0
     llama-124m-generate-llamacpp-compiled   ours compiled, float32      ours eager, llama.cpp f32
+    llama-124m-generate-llamacpp-int8-compiled
+                                            ours int8, compiled         ours eager int8, llama.cpp q8_0
 
 At batch 1 a new token reads every weight once, so memory bandwidth bounds each side (``tokens/s <= bandwidth /
 bytes read per token``); ``extra`` records each side's bytes per token, the bandwidth measured with a large copy
@@ -89,4 +91,4 @@ def llama_124m_generate_llamacpp_int8_compiled(quick: bool, device: torch.device
 
 
 __all__ = ["llama_124m_generate_llamacpp", "llama_124m_generate_llamacpp_compiled",
-           "llama_124m_generate_llamacpp_int8", "llama_llamacpp"]
+           "llama_124m_generate_llamacpp_int8", "llama_124m_generate_llamacpp_int8_compiled", "llama_llamacpp"]
