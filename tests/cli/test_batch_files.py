@@ -64,6 +64,26 @@ def test_generate_writes_json_lines_of_each_prompt(small, tmp_path):
     assert rows == [{"prompt": t, "text": p.generate(t, max_new_tokens=4, do_sample=False)} for t in prompts]
 
 
+def test_generate_num_beams_prints_the_searched_text_of_a_prompt_or_each_line(small, tmp_path, capsys):
+    from aiayn.decoding.beam import beam_search_lm
+
+    run, p = str(small["lm"]), aiayn.pipeline(str(small["lm"]))
+    searched = p.generate("12", max_new_tokens=6, do_sample=False, num_beams=3)
+    tok = p.parts["tok"]  # by hand: the search's best row, up to the end-of-text token, decoded
+    ids = beam_search_lm(p.model, torch.tensor([tok.encode("12")]), 6, beam=3, eos_id=tok.eos_id)[0].tolist()
+    assert searched == tok.decode(ids[: ids.index(tok.eos_id)] if tok.eos_id in ids else ids)
+    assert main(["generate", "--run", run, "--prompt", "12", "--max-new-tokens", "6", "--num-beams", "3"]) == 0
+    assert capsys.readouterr().out == searched + "\n"  # the default --temperature 0.7 samples nothing here
+    out = tmp_path / "beams.jsonl"
+    assert main(["generate", "--run", run, "--input", _file(tmp_path, ["12", "3"]), "--output", str(out),
+                 "--max-new-tokens", "6", "--num-beams", "3"]) == 0
+    assert [json.loads(line)["text"] for line in out.read_text().splitlines()] == [
+        searched, p.generate("3", max_new_tokens=6, do_sample=False, num_beams=3)]
+    with pytest.raises(SystemExit):
+        main(["generate", "--run", run, "--prompt", "12", "--num-beams", "0"])
+    assert "--num-beams must be positive" in capsys.readouterr().err
+
+
 def test_embed_writes_npy_or_json_lines(small, tmp_path):
     texts, run = ["one two", "three", "four five six"], str(small["mlm"])
     expected = aiayn.pipeline(run).embed(texts).numpy()

@@ -111,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="tokens made before the end-of-text token may come")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop before this text (repeatable)")
     g.add_argument("--seed", type=int, default=None, help="make sampling repeatable")
+    g.add_argument("--num-beams", type=int, default=1,
+                   help="beam search over N hypotheses: the most likely text, nothing sampled (--temperature, "
+                        "--top-k, --top-p unused), printed whole instead of streamed (1: no search)")
     g.add_argument("--device", default=None, help=DEVICE_HELP)
     g.add_argument("--int8", action="store_true", help=INT8_HELP)
     g.add_argument("--compile", action="store_true", help=COMPILE_HELP)
@@ -397,7 +400,11 @@ def main(argv: list[str] | None = None) -> int:
                                                         "no_repeat_ngram_size", "min_new_tokens")}}
             if args.temperature > 0:
                 options["temperature"] = args.temperature
-            if args.input is None and args.output is None:  # one prompt, streamed
+            _positive(parser, args, "num_beams")
+            if args.num_beams > 1:  # a search: nothing is drawn
+                options.update(do_sample=False, num_beams=args.num_beams)
+                options.pop("temperature", None)
+            if args.input is None and args.output is None and args.num_beams == 1:  # one prompt, streamed
                 from aiayn.pipelines.lm import generate
 
                 print_stream(generate(args.run, args.prompt, compile=args.compile, dtype=args.dtype, **options,
@@ -409,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
             p = _pipeline("generate", args.run, _run_on(args))
             p.compile = args.compile
             _cast(p.model, args)
+            if args.input is None and args.output is None:  # one prompt, searched: its text
+                print(p.generate(args.prompt, **options))
+                return 0
             rows = [{"prompt": prompt, "text": p.generate(prompt, **options)}
                     for batch in _batches(prompts, 1, show=True, unit="prompt") for prompt in batch]
             if args.output is not None:
