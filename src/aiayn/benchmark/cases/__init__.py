@@ -42,12 +42,9 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     gpt2-generate-ct2-compiled   gpt2-generate-ct2's work, our step compiled   ours eager, the same peers   ct2
     decode-greedy-ct2-compiled   decode-greedy-ct2's work, compiled            the same                     ct2
     decode-beam-ct2-compiled     decode-beam-ct2's work, compiled              the same                     ct2
-    gpt2-generate-ct2-int8-compiled
-                                 gpt2-generate-ct2-int8's work, compiled       ours eager int8, ctranslate2 ct2
-    decode-greedy-ct2-int8-compiled
-                                 decode-greedy-ct2-int8's work, compiled       the same                     ct2
-    decode-beam-ct2-int8-compiled
-                                 decode-beam-ct2-int8's work, compiled         the same                     ct2
+    gpt2-generate-ct2-int8-compiled  the int8 case, our step compiled          ours eager int8, ctranslate2 ct2
+    decode-greedy-ct2-int8-compiled  the int8 case, compiled                   the same                     ct2
+    decode-beam-ct2-int8-compiled  the int8 case, compiled                     the same                     ct2
     decode-greedy-ort            decode-greedy's work                          ours in ONNX, onnxruntime    ort
     gpt2-generate-ort            gpt2-generate's work                          ours in ONNX, onnxruntime    ort
     decode-greedy-ort-compiled   decode-greedy-ort's work, our step compiled   ours eager, onnxruntime      ort
@@ -55,8 +52,7 @@ adapters are in :mod:`aiayn.benchmark.peers`.
     llama-124m-generate-llamacpp          llama-124m-generate's work       llama.cpp f32                llamacpp
     llama-124m-generate-llamacpp-int8     the same, ours int8              llama.cpp q8_0               llamacpp
     llama-124m-generate-llamacpp-compiled the same, our step compiled      ours eager, llama.cpp f32    llamacpp
-    llama-124m-generate-llamacpp-int8-compiled
-                                 the int8 case, our step compiled              ours eager int8, q8_0        llamacpp
+    llama-124m-generate-llamacpp-int8-compiled  int8, compiled                 ours eager int8, q8_0        llamacpp
 
 Where a peer runs the same weights, ours is converted from it with ``aiayn.from_hf`` (the Llama cases go the other
 way: ours is exported with :func:`aiayn.convert.to_hf.to_hf` and Hugging Face loads the folder); the

@@ -4,8 +4,7 @@ GGUF its own converter makes from our exported folder: :mod:`aiayn.benchmark.pee
     llama-124m-generate-llamacpp            ours eager, float32         llama.cpp f32
     llama-124m-generate-llamacpp-int8       ours int8 (fbgemm, eager)   llama.cpp q8_0
     llama-124m-generate-llamacpp-compiled   ours compiled, float32      ours eager, llama.cpp f32
-    llama-124m-generate-llamacpp-int8-compiled
-                                            ours int8, compiled         ours eager int8, llama.cpp q8_0
+    llama-124m-generate-llamacpp-int8-compiled  ours int8, compiled     ours eager int8, llama.cpp q8_0
 
 At batch 1 a new token reads every weight once, so memory bandwidth bounds each side (``tokens/s <= bandwidth /
 bytes read per token``); ``extra`` records each side's bytes per token, the bandwidth measured with a large copy
