@@ -138,3 +138,49 @@ def test_micro_batcher_groups_by_key_and_fails_only_the_bad_request():
     assert answers["one"] == ["1:a", "1:b"] and answers["two"] == ["2:c"] and answers["four"] == ["1:d"]
     assert isinstance(answers["three"], ValueError)
     assert (1, ["a", "b", "bad", "d"]) in calls  # one call for key 1, then each job alone
+
+
+def test_the_thread_that_compiles_the_step_is_the_thread_that_steps_it(monkeypatch):
+    """``serve --compile``: CUDA graph trees keep their state per thread, so the step is warmed (compiled, and
+    recorded on a GPU) on the worker thread that then steps it, before the worker takes a request."""
+    from aiayn.decoding import static as static_module
+    from aiayn.serve.generation import ContinuousBatcher
+
+    threads = []
+    compiled_step = static_module.compiled_step
+
+    def recorded(device, step=static_module._gpt_step):
+        run = compiled_step(device, step)
+        return lambda *args: threads.append(threading.get_ident()) or run(*args)
+
+    monkeypatch.setattr(static_module, "compiled_step", recorded)
+    torch.manual_seed(0)
+    model = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=64, max_len=32)).eval()
+    worker = ContinuousBatcher(model, set(), max_batch=2, max_wait=0.0, max_queue=4, metrics=Metrics(),
+                               compile=True, length=16)
+    assert not threads  # nothing stepped while the worker was made, on this thread
+    worker.start()
+    assert threads and threading.get_ident() not in threads  # warmed by start(), not here
+    done = threading.Event()
+    events = []
+    r = row([5, 9, 12], 4, events=events)
+    r.send = lambda e: events.append(e) or (e[0] in ("done", "error") and done.set())
+    assert worker.submit([r])
+    assert done.wait(120), events
+    worker.stop(timeout=60)
+    assert r.finish == "length" and len(r.text.ids) == 4
+    assert len(threads) >= 4 and set(threads) == {worker._thread.ident}  # warm-up and every step: one thread
+
+
+def test_a_worker_that_fails_to_prepare_says_so_at_start():
+    from aiayn.serve.batching import Worker
+
+    class Broken(Worker):
+        def prepare(self):
+            raise RuntimeError("no compiler here")
+
+        def loop(self):
+            raise AssertionError("a worker that failed to prepare takes no work")
+
+    with pytest.raises(RuntimeError, match="no compiler here"):
+        Broken(1, 0.0, 1, Metrics()).start()

@@ -32,6 +32,13 @@ c is written once, at step c, by every row, so no cell a hypothesis still reads 
 When sentences finish, their rows leave the front of the batch and the step computes the rows behind them without
 reading their logits (the batch never shrinks, so nothing is compiled again).
 
+On a GPU the compiled step is replayed as a CUDA graph, which reads and writes its inputs at the addresses it was
+recorded with. The only inputs the step writes are the key/value buffers: they come from a pool (:func:`buffers`)
+that hands a generation of a given shape the memory the last one of that shape used, marked static
+(``torch._dynamo.mark_static_address``, as Hugging Face's ``StaticCache`` does), so the graph replays over them
+instead of being skipped ("mutated inputs") or recorded again. Everything else the step reads is written
+eagerly, outside it (the column index, a ring's column table, the rows of a beam's table).
+
 Shapes: B batch (x beams), A the rows still decoding (<= B), P prompt length (padded), L = P + new tokens,
 S source length, H kv heads, D head dim, V vocabulary.
 """
@@ -39,7 +46,10 @@ S source length, H kv heads, D head dim, V vocabulary.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -105,13 +115,13 @@ def _gpt_step(model: Any, layers: list[_Layer], token: Tensor, index: Tensor, re
               held: Tensor, window: int, rows: Tensor | None = None) -> Tensor:
     """A GPT's logits ``(B, V)`` of ``token`` ``(B, 1)``, each row's at its column of ``index`` ``(B,)``: a
     function of tensors (and the constant ``window``), the same shapes at every step, so that ``torch.compile``
-    compiles it once. ``held`` ``(R,)``: the column each buffer column holds (itself, or in a sliding window's
-    ring of R = W columns, the last column written there); a key is seen if it is a real token, written, and
-    within the last ``window`` columns. ``rows`` ``(B, R)``: the buffer row each column is read from (beam
-    search), or ``None``: its own."""
+    compiles it once; it writes nothing but the key/value buffers. ``held`` ``(R,)``: the column each buffer
+    column holds (itself, or in a sliding window's ring of R = W columns, the last column written there, the
+    column written now included: :meth:`StaticGPT._inputs` writes it before the step); a key is seen if it is
+    a real token, written, and within the last ``window`` columns. ``rows`` ``(B, R)``: the buffer row each
+    column is read from (beam search), or ``None``: its own."""
     c = index[:, None]  # (B, 1)
     layers = [layer.within(held.size(0), rows) for layer in layers]  # the columns attended: held's
-    held.index_copy_(0, index[:1] % held.size(0), index[:1])  # the column written now (a ring's oldest goes)
     seen = real.index_select(1, held) & (held <= c) & (held > c - window)  # (B, R)
     mask = seen[:, None, None, :]  # (B, 1, 1, R)
     position_ids = positions.gather(1, c)  # (B, 1): positions count real tokens only
@@ -161,6 +171,49 @@ def _narrow(columns: Tensor, width: int, dim: int = 0) -> Tensor:
     if BUCKET is not None:
         torch._dynamo.maybe_mark_dynamic(columns, dim)
     return columns
+
+
+# At most this many sets of freed buffers are kept for reuse (the most recently freed), whatever their shapes.
+KEEP = 4
+_kept: OrderedDict[tuple[Any, ...], list[list[Tensor]]] = OrderedDict()  # freed sets by their shapes, oldest first
+_kept_lock = threading.Lock()  # sessions are made and freed on a server's worker threads too
+
+
+def buffers(owner: object, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype,
+            device: torch.device) -> list[Tensor]:
+    """Zeroed key/value buffers of ``shapes`` for ``owner`` (a session), marked as static addresses, and taken
+    back for the next session of the same shapes when ``owner`` is collected (at most :data:`KEEP` sets kept).
+
+    A CUDA graph of the compiled step writes these at the addresses it was recorded with: a new generation of a
+    shape seen before gets the same memory and replays the graph (new memory would make it record again). Made
+    outside inference mode, so that a set made by a server's thread can be written by a plain ``no_grad`` call."""
+    key = (tuple(tuple(s) for s in shapes), dtype, torch.device(device))
+    with _kept_lock:
+        sets = _kept.get(key)
+        got = sets.pop() if sets else None
+        if sets is not None and not sets:
+            del _kept[key]
+    if got is None:
+        with torch.inference_mode(False):
+            got = [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
+        for t in got:
+            torch._dynamo.mark_static_address(t)  # unguarded: not compiled again for another set
+    else:
+        for t in got:
+            t.zero_()  # columns never written are masked out, but a NaN there would still reach the sum
+    weakref.finalize(owner, _give_back, key, got)
+    return got
+
+
+def _give_back(key: tuple[Any, ...], got: list[Tensor]) -> None:
+    with _kept_lock:
+        _kept.setdefault(key, []).append(got)
+        _kept.move_to_end(key)
+        while sum(len(v) for v in _kept.values()) > KEEP:
+            oldest = next(iter(_kept))
+            _kept[oldest].pop(0)
+            if not _kept[oldest]:
+                del _kept[oldest]
 
 
 _compiled: dict[tuple[str, str], Any] = {}  # torch.compile of a step, by step and device type: once per process
@@ -289,8 +342,12 @@ class StaticGPT(Static):
             self._read_through_a_table()
 
     def _inputs(self, width: int) -> tuple[Any, ...]:
-        held = self.held if self.held.numel() < self.length else _narrow(self.held, width)  # a ring: all of it
-        return self.real, self.positions, held, self.window
+        ring = self.held.numel()
+        if ring < self.length:  # the column written now replaces a ring's oldest: here, not in the compiled step
+            column = self.filled - 1
+            self.held[column % ring] = column
+            return self.real, self.positions, self.held, self.window  # a ring: all of it
+        return self.real, self.positions, _narrow(self.held, width), self.window
 
     def prefill(self, ids: Tensor, attention_mask: Tensor | None) -> Tensor:
         """The logits ``(B, V)`` of the last prompt position; ``ids`` ``(B, P)``, the prompts (eager, the
@@ -303,10 +360,14 @@ class StaticGPT(Static):
         width = ring if ring < self.length else ring + SPARE  # a ring's buffers: its W columns
         kept = torch.arange(max(0, p - ring), p, device=ids.device)  # the prompt's columns a step may still see
         self.held.index_copy_(0, kept % ring, kept)
-        for layer in cache:
+        first = cache[0].self_attn.k
+        assert first is not None  # the prefill filled it
+        shape = (b, first.size(1), width, first.size(3))  # (B, H, W or L + 1, D)
+        made = buffers(self, [shape] * (2 * len(cache)), first.dtype, first.device)
+        for i, layer in enumerate(cache):
             k, v = layer.self_attn.k, layer.self_attn.v  # (B, H, P, D)
             assert k is not None and v is not None  # the prefill filled them
-            kb, vb = k.new_zeros(b, k.size(1), width, k.size(3)), v.new_zeros(b, v.size(1), width, v.size(3))
+            kb, vb = made[2 * i], made[2 * i + 1]
             kb.index_copy_(2, kept % ring, k[:, :, kept])
             vb.index_copy_(2, kept % ring, v[:, :, kept])
             self.layers.append(_Layer(StaticKVCache(kb, vb, self.index)))
@@ -340,10 +401,11 @@ class StaticSeq2Seq(Static):
         b = src.size(0)
         if beams and BEAM_TABLE:
             self._read_through_a_table()
-        for block in net.decoder.layers:
-            attn = block.self_attn
-            k = memory.new_zeros(b, attn.n_kv_heads, length + SPARE, attn.d_model // attn.n_heads)  # (B, H, L+1, D)
-            self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index),
+        attn = net.decoder.layers[0].self_attn
+        shape = (b, attn.n_kv_heads, length + SPARE, attn.d_model // attn.n_heads)  # (B, H, L+1, D)
+        made = buffers(self, [shape] * (2 * len(net.decoder.layers)), memory.dtype, memory.device)
+        for i, block in enumerate(net.decoder.layers):
+            self.layers.append(_Layer(StaticKVCache(made[2 * i], made[2 * i + 1], self.index),
                                       block.cross_attn.project_kv(memory)))  # (B, H, S, D) each
         self.batch = self.rows = b
 
@@ -385,11 +447,12 @@ class StaticSlots:
         self.columns = torch.arange(length, device=device)  # (L,)
         self.positions = self.columns.expand(slots, length)  # (S, L): a slot's column is its position
         self.layers: list[_Layer] = []
-        dtype = next(model.parameters()).dtype
-        for block in cast(Any, model).decoder.layers:
-            attn = block.self_attn
-            k = torch.zeros(slots, attn.n_kv_heads, length, attn.d_model // attn.n_heads, dtype=dtype, device=device)
-            self.layers.append(_Layer(StaticKVCache(k, torch.zeros_like(k), self.index, apart=True)))
+        blocks = cast(Any, model).decoder.layers
+        attn = blocks[0].self_attn
+        shape = (slots, attn.n_kv_heads, length, attn.d_model // attn.n_heads)  # (S, H, L, D)
+        made = buffers(self, [shape] * (2 * len(blocks)), next(model.parameters()).dtype, device)
+        for i in range(len(blocks)):
+            self.layers.append(_Layer(StaticKVCache(made[2 * i], made[2 * i + 1], self.index, apart=True)))
         self.run = compiled_step(device) if compile else _gpt_step
         self.window = length + 1  # every column a row wrote
         if compile:
@@ -433,4 +496,5 @@ class StaticSlots:
         return logits.clone() if logits.is_cuda else logits
 
 
-__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "StaticSlots", "check_cache", "compiled_step"]
+__all__ = ["Static", "StaticGPT", "StaticKVCache", "StaticSeq2Seq", "StaticSlots", "buffers", "check_cache",
+           "compiled_step"]

@@ -115,9 +115,15 @@ class Worker(abc.ABC):
         self.max_batch, self.max_wait, self.metrics = max_batch, max_wait, metrics
         self.waiting = Waiting(max_queue)
         self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self._prepared = threading.Event()
+        self._failed: BaseException | None = None
 
     def start(self) -> None:
+        """Start the thread and wait until it has run :meth:`prepare`; raise what that raised."""
         self._thread.start()
+        self._prepared.wait()
+        if self._failed is not None:
+            raise self._failed
 
     def stop(self, timeout: float | None = None) -> None:
         """Take no new work, finish what was taken and queued, and end the thread."""
@@ -129,7 +135,20 @@ class Worker(abc.ABC):
         import torch
 
         with torch.inference_mode():
+            try:
+                self.prepare()
+            except BaseException as e:  # handed to start(), on the thread that waits for it
+                self._failed = e
+                return
+            finally:
+                self._prepared.set()
             self.loop()
+
+    def prepare(self) -> None:
+        """What the thread does before it takes work (on the worker thread, in inference mode, as :meth:`loop`):
+        nothing here; a compiled step is warmed here, where it will run (CUDA graph trees keep their state per
+        thread: a step recorded on another thread would be recorded again, its memory twice)."""
+        return
 
     @abc.abstractmethod
     def loop(self) -> None:

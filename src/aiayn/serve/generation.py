@@ -233,15 +233,18 @@ class Batch:
 class SlotBatch(Batch):
     """The rows decoding together over a static cache of ``slots`` rows with a compiled step
     (:class:`~aiayn.decoding.static.StaticSlots`): the same rows join and leave, the same tokens are chosen, and
-    nothing is packed. The step is compiled (and run once) when the batch is made."""
+    nothing is packed. The step is compiled and run once by :meth:`warm`, on the thread that will step it."""
 
     def __init__(self, model: Any, ends: set[int], metrics: Metrics, slots: int, length: int | None = None) -> None:
         super().__init__(model, ends, metrics)
         self.static = StaticSlots(model, slots, length, compile=True)
         self.slot: dict[Row, int] = {}  # each decoding row's slot
         self.free = list(range(slots))[::-1]
-        with torch.no_grad():  # compile now, not at the first request
-            self.static.step(torch.zeros(slots, dtype=torch.long, device=self.device))
+
+    @torch.no_grad()
+    def warm(self) -> None:
+        """Compile the step now, not at the first request: call it on the thread that will step the batch."""
+        self.static.step(torch.zeros(self.static.slots, dtype=torch.long, device=self.device))
 
     def admits(self, joining: list[Row], row: Row) -> bool:
         """Any row the server accepted fits a slot (prompt and budget within the slots' length, which the server
@@ -305,6 +308,11 @@ class ContinuousBatcher(Worker):
             raise ValueError("serve: continuous batching packs whole caches; a sliding-window model "
                              f"(attention_window={model.cfg.attention_window}) is not supported")
         self.batch = SlotBatch(model, ends, metrics, max_batch, length) if compile else Batch(model, ends, metrics)
+
+    def prepare(self) -> None:
+        """Warm the compiled step (if any) on this worker thread, the one that steps it."""
+        if isinstance(self.batch, SlotBatch):
+            self.batch.warm()
 
     def submit(self, rows: list[Row]) -> bool:
         """Queue a request's rows together; ``False`` when the queue is full (answer 503)."""
