@@ -60,15 +60,31 @@ def test_translate_equals_the_command_and_the_function(runs, inputs, capsys, int
 
 
 def test_a_compiled_translation_prints_the_eager_text(runs, inputs, capsys):
+    """The compiled path through the pipeline and ``--compile``: the eager scores and, where the eager choice is
+    clear of a tie (:mod:`margins`: this barely trained model's second hypotheses are near-ties, which another
+    CPU's kernels may order otherwise), the eager tokens and text."""
+    from margins import MARGIN, assert_beams_agree, greedy_margins
+
+    from aiayn.data.batching import seq2seq_batch
+
     run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:3]]
     eager = aiayn.pipeline(run)
     p = aiayn.pipeline("translation", model=run, compile=True)
-    assert p.compile and p.translate(texts, beam=2, num_return_sequences=2) == eager.translate(
-        texts, beam=2, num_return_sequences=2)
-    assert printed(capsys, "translate", "--run", run, "--compile", *texts) == printed(capsys, "translate", "--run",
-                                                                                      run, *texts)
-    int8 = printed(capsys, "translate", "--run", run, "--int8", *texts)  # the int8 products opaque in the graph
-    assert printed(capsys, "translate", "--run", run, "--int8", "--compile", *texts) == int8
+    assert p.compile
+    model, src_tok, tgt_tok = translation.load_run(run)
+    src = seq2seq_batch([(t, "") for t in texts], src_tok, tgt_tok)[0]
+    assert assert_beams_agree(model, src, beam=2, n=2, compile=True) >= 1
+    clear = (greedy_margins(model, src) > MARGIN).tolist()
+    assert any(clear)
+    assert [t for t, c in zip(p.translate(texts), clear) if c] == [t for t, c in zip(eager.translate(texts), clear)
+                                                                     if c]
+    lines = [printed(capsys, "translate", "--run", run, *flags, *texts).splitlines()
+             for flags in ([], ["--compile"], ["--int8"], ["--int8", "--compile"])]
+    int8_model, _, _ = translation.load_run(run, quantize="int8")
+    int8_clear = (greedy_margins(int8_model, src) > MARGIN).tolist()
+    for (plain, compiled), ok in (((lines[0], lines[1]), clear), ((lines[2], lines[3]), int8_clear)):
+        assert len(plain) == len(compiled) == len(texts)
+        assert [a for a, c in zip(compiled, ok) if c] == [a for a, c in zip(plain, ok) if c]
 
 
 def test_translate_n_best_gives_the_best_beams_best_first(runs, inputs, capsys):
