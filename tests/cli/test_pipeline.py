@@ -63,9 +63,8 @@ def test_a_compiled_translation_prints_the_eager_text(runs, inputs, capsys):
     """The compiled path through the pipeline and ``--compile``: the eager scores and, where the eager choice is
     clear of a tie (:mod:`margins`: this barely trained model's second hypotheses are near-ties, which another
     CPU's kernels may order otherwise), the eager tokens and text."""
-    from margins import MARGIN, assert_beams_agree, greedy_margins
-
     from aiayn.data.batching import seq2seq_batch
+    from margins import MARGIN, assert_beams_agree, greedy_margins
 
     run, texts = runs["translation"], [s for s, _ in inputs["pairs"][:3]]
     eager = aiayn.pipeline(run)
