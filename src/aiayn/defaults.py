@@ -30,4 +30,6 @@ DTYPES = ("float32", "bfloat16", "float16")
 SERVING: dict[str, Any] = {"max_batch": 16, "max_wait_ms": 50.0, "max_queue": 256, "max_inputs": 64,
                            "max_body": 8 * 2**20}
 
-__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "SERVING", "TEXT_GENERATION"]
+MAX_WAIT_MS = 10_000.0  # the longest --max-wait-ms: a lone request never waits more than this for others to join
+
+__all__ = ["HF_NEW_TOKENS", "HF_TOP_K", "MAX_WAIT_MS", "SERVING", "TEXT_GENERATION"]

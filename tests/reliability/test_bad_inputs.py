@@ -23,10 +23,12 @@ from reliability_kit import (
     sharded,
     steps,
     symlink,
+    truncate,
     write,
 )
 
 TRAIN_LM = ["train", "lm", "--steps", "1", *TINY_LM]
+EMPTY_NPY = b"\x93NUMPY\x01\x00v\x00{'descr': '|u1', 'fortran_order': False, 'shape': (0, 5), }" + b" " * 58 + b"\n"
 NOTHING = mkdir("out")
 
 
@@ -104,6 +106,26 @@ CASES = [
     quick("average-of-different-models", steps(run("lm"), run("copy")),
           ["average", "lm/model.safetensors", "copy/model.safetensors", "--out", "avg.safetensors"],
           ["model.safetensors"]),
+    # generation settings: checked once (aiayn.decoding.settings), named by the flag that set them
+    *(quick(f"generate-{flag[2:]}-{value}", run("lm"), ["generate", "--run", "lm", "--prompt", "a", flag, value],
+            [flag])
+      for flag, value in [("--temperature", "nan"), ("--temperature", "inf"), ("--temperature", "1e-30"),
+                          ("--temperature", "-1"), ("--top-p", "nan"), ("--top-p", "0"), ("--top-k", "-2"),
+                          ("--repetition-penalty", "inf"), ("--num-beams", "100000"), ("--max-new-tokens", "0"),
+                          ("--max-new-tokens", "5000")]),  # 5000: more than the model's positions leave
+    quick("translate-beam-past-the-ceiling", run("copy"), ["translate", "--run", "copy", "--beam", "100000", "a b"],
+          ["--beam"]),
+    quick("translate-beam-wider-than-the-vocabulary", run("copy"), ["translate", "--run", "copy", "--beam", "64",
+                                                                    "a b"], ["--beam", "vocabulary"]),
+    quick("serve-max-wait-nan", run("lm"), ["serve", "lm", "--max-wait-ms", "nan"], ["--max-wait-ms"]),
+    quick("serve-max-wait-inf", run("lm"), ["serve", "lm", "--max-wait-ms", "inf"], ["--max-wait-ms"]),
+    # files
+    quick("hf-safetensors-damaged", steps(run("hf"), truncate("hf/model.safetensors", 0.5)), ["convert", "hf", "out"],
+          ["model.safetensors"]),
+    quick("export-inside-its-own-run-folder", run("lm", "my-run"),
+          ["export", "my-run", "--to", "hf", "my-run/exported"], ["my-run"]),
+    quick("classify-an-image-without-pixels", steps(run("image"), write("empty.npy", EMPTY_NPY)),
+          ["classify", "--run", "image", "empty.npy"], ["empty.npy"]),
 ]
 
 

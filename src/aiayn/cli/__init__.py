@@ -96,8 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="continue a prompt with a language model, streaming the text")
     g.add_argument("--run", required=True, help="run folder of `aiayn train --task lm` or `aiayn convert`")
     g.add_argument("--prompt", default="", help="text to continue (default: none, start from end-of-text)")
-    g.add_argument("--max-new-tokens", type=int, default=LM["max_new_tokens"], help="tokens made after the prompt, "
-                                                                                 "at most")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens made after the prompt, at most (default {LM['max_new_tokens']}, or the room the "
+                        f"model's positions leave; more than that room is refused)")
     g.add_argument("--temperature", type=float, default=LM["temperature"], help="divides the logits; 0 is greedy")
     g.add_argument("--top-k", type=int, default=LM["top_k"], help="sample among the K most likely tokens only "
                                                                   "(0: all)")
@@ -365,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return _train(rest)
         elif args.command == "translate":
-            _positive(parser, args, "beam", "n_best")
+            from aiayn.decoding.settings import check
+
+            check(num_beams=args.beam, num_return_sequences=args.n_best)
             if args.n_best > args.beam:
                 parser.error(f"--n-best {args.n_best} needs a beam at least as wide (--beam {args.beam})")
             texts = _texts(parser, args, args.text)
@@ -394,13 +397,16 @@ def main(argv: list[str] | None = None) -> int:
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":
-            _positive(parser, args, "max_new_tokens")
+            from aiayn.decoding.settings import check
+
+            numbers = ("max_new_tokens", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
+                       "min_new_tokens")
+            check(temperature=args.temperature, num_beams=args.num_beams, seed=args.seed,
+                  **{k: getattr(args, k) for k in numbers})  # NaN is refused here, not read as greedy
             options = {"stop": args.stop, "seed": args.seed, "do_sample": args.temperature > 0,
-                       **{k: getattr(args, k) for k in ("max_new_tokens", "top_k", "top_p", "repetition_penalty",
-                                                        "no_repeat_ngram_size", "min_new_tokens")}}
+                       **{k: getattr(args, k) for k in numbers if getattr(args, k) is not None}}
             if args.temperature > 0:
                 options["temperature"] = args.temperature
-            _positive(parser, args, "num_beams")
             if args.num_beams > 1:  # a search: nothing is drawn
                 options.update(do_sample=False, num_beams=args.num_beams)
                 options.pop("temperature", None)
@@ -541,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
                             layer=args.layer, head=args.head, from_token=args.from_token):
                 print(f"wrote {path}")
     except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written: named in e
+        if hasattr(e, "for_door"):  # a generation setting (aiayn.decoding.settings): named by its flag
+            e = ValueError(e.for_door(_flag(args.command, getattr(e, "name", ""))))
         return _refused(args.command, e)
     except ImportError as e:  # an optional dependency missing: our message says which extra installs it
         if "pip install" not in str(e):
@@ -699,6 +707,16 @@ def _pipeline(method: str, source: str, run_on: dict[str, Any]) -> Any:
     model, tok, classes = load_classifier(source, **run_on)
     return Pipeline("text-classification", model, Path(source), tok=tok, classes=classes,
                     max_len=text_length(source, model))
+
+
+# the flags that set a generation setting under another name than --setting-name
+_FLAGS = {"translate": {"num_beams": "--beam", "num_return_sequences": "--n-best"},
+          "evaluate": {"num_beams": "--beam"}}
+
+
+def _flag(command: str, setting: str) -> str:
+    """The flag of ``command`` that sets the generation ``setting`` (``top_p`` -> ``--top-p``)."""
+    return _FLAGS.get(command, {}).get(setting, "--" + setting.replace("_", "-"))
 
 
 def _refused(command: str, e: BaseException) -> int:

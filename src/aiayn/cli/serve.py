@@ -8,12 +8,13 @@ flight and exits 0.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from aiayn.cli import DEVICE_HELP, DTYPE_HELP, INT8_HELP
-from aiayn.defaults import DTYPES, SERVING
+from aiayn.defaults import DTYPES, MAX_WAIT_MS, SERVING
 
 MISSING = "aiayn serve needs Starlette and uvicorn: pip install 'aiayn[serve]'"
 
@@ -54,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("max_batch", "max_queue", "max_inputs"):
         if getattr(args, flag) < 1:
             return _refuse(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.max_wait_ms < 0:
-        return _refuse(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not (math.isfinite(args.max_wait_ms) and 0 <= args.max_wait_ms <= MAX_WAIT_MS):
+        return _refuse(f"--max-wait-ms must be a number of milliseconds in [0, {MAX_WAIT_MS}], got {args.max_wait_ms}")
     if not 0 <= args.port < 65536:
         return _refuse(f"--port must be in [0, 65535], got {args.port}")
     try:

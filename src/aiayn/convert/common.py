@@ -111,10 +111,19 @@ def read_weights(folder: Path) -> dict[str, Tensor]:
 
     Raises:
         ValueError: an index that is not JSON, has no ``weight_map`` of names to shard files, or names a shard
-            outside the folder (see :func:`_shards`); a shard that lacks weights the index maps to it.
+            outside the folder (see :func:`_shards`); a shard that lacks weights the index maps to it; a damaged
+            safetensors file (named).
         FileNotFoundError: no weights, or a shard the index names is missing.
     """
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file as read_safetensors
+
+    def load_file(file: Path) -> dict[str, Tensor]:
+        try:
+            return read_safetensors(file)
+        except Exception as e:  # safetensors' own SafetensorError (a truncated or damaged file) is not a ValueError
+            if isinstance(e, OSError):
+                raise
+            raise ValueError(f"{file} is not a readable safetensors file (damaged or cut short?): {e}") from None
 
     def pickle(file: Path) -> dict[str, Tensor]:
         return torch.load(file, map_location="cpu", weights_only=True)

@@ -117,14 +117,17 @@ def _check_tokenizer(path: Path) -> None:
 
 def _check_out(out: Path, force: bool, source: Path | None = None) -> None:
     """Refuse an ``out`` that a conversion or export would write over: a folder holding files (unless
-    ``force``), a file, a dangling link, or the ``source`` folder read from (or a folder holding it, which
-    ``force`` would delete)."""
+    ``force``), a file, a dangling link, the ``source`` folder read from (or a folder holding it, which
+    ``force`` would delete), or a folder inside it."""
     if out.is_symlink() and not out.exists():
         raise ValueError(f"{out} is a link to {os.readlink(out)}, which does not exist; choose another folder")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, not a folder; choose another folder")
     if source is not None and source.resolve().is_relative_to(out.resolve()):
         raise ValueError(f"{out} holds {source}, which is read from; choose another folder")
+    if source is not None and out.resolve().is_relative_to(source.resolve()):
+        raise ValueError(f"{out} is inside {source}, which is read from (the run would hold its own export); "
+                         f"choose a folder outside it")
     if out.is_dir() and not force and (names := sorted(p.name for p in out.iterdir())):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise ValueError(f"{out} already holds {shown}; choose another folder or pass --force to replace it")

@@ -37,6 +37,7 @@ from aiayn.decoding.beam import PENALTIES, beam_search, beam_search_lm
 from aiayn.decoding.greedy import decode_with
 from aiayn.decoding.processing import Processing
 from aiayn.decoding.sampling import check_left_padded, end_ids, ends, pick, sample, sample_seq2seq
+from aiayn.decoding.settings import check, check_beams
 from aiayn.decoding.speculative import speculative
 from aiayn.defaults import HF_NEW_TOKENS, HF_TOP_K
 from aiayn.layers.embedding import check_ids
@@ -135,10 +136,13 @@ def generate(
                         f"min_new_tokens, return_dict_in_generate, output_scores, eos_token_id, pad_token_id, "
                         f"decoder_start_token_id, use_cache, generator, compile, assistant_model, "
                         f"num_assistant_tokens")
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
-    if num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+    check(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+          max_new_tokens=max_new_tokens, num_return_sequences=num_return_sequences,
+          repetition_penalty=repetition_penalty, length_penalty=length_penalty,
+          no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens)
+    cfg_vocab = getattr(getattr(model, "cfg", None), "tgt_vocab_size", None) or getattr(
+        getattr(model, "cfg", None), "vocab_size", None)
+    check_beams(num_beams, cfg_vocab)
     if num_return_sequences > 1 and not do_sample and num_return_sequences > num_beams:  # as transformers
         raise ValueError(f"num_return_sequences={num_return_sequences} needs do_sample=True or num_beams >= it "
                          f"(greedy decoding gives one sequence per input), got num_beams={num_beams}")

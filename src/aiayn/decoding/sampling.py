@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
 from aiayn.decoding.processing import Processing
+from aiayn.decoding.settings import check
 from aiayn.decoding.static import StaticGPT, check_cache
 from aiayn.layers.embedding import check_ids
 
@@ -104,8 +105,7 @@ def pick(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top
     """``(B, V)`` logits -> ``(scores (B, V), tokens (B,))``: the scores a token is drawn from (the logits divided
     by ``temperature``, ``-inf`` outside top-k and top-p: what ``transformers`` calls the processed scores), and
     the token drawn; ``temperature=0`` takes the most likely token, the scores being the logits as they are."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check(temperature=temperature, top_k=top_k, top_p=top_p)
     if temperature == 0:
         return logits, logits.argmax(-1)
     scores = filter_logits(logits.float() / temperature, top_k, top_p)
@@ -264,8 +264,7 @@ def sample_seq2seq(
     Returns:
         ``(B, L)`` ids after ``<s>``, as :func:`~aiayn.decoding.greedy.greedy` returns them.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check(temperature=temperature, top_k=top_k, top_p=top_p)
     return decode_with(model, src, lambda logits: pick(logits, temperature, top_k, top_p, generator),
                        max_len, use_cache, processing, scores, compile)
 

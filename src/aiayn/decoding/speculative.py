@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from aiayn.decoding.greedy import evaluating
 from aiayn.decoding.sampling import CachingModel, Ends, check_prompts, end_ids, filter_logits
+from aiayn.decoding.settings import check
 
 if TYPE_CHECKING:
     from aiayn.layers.kv_cache import DecoderCache
@@ -225,8 +226,7 @@ def speculative(
     if num_assistant_tokens < 1:
         raise ValueError(f"num_assistant_tokens must be >= 1 (the draft's proposals per pass), got "
                          f"{num_assistant_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check(temperature=temperature, top_k=top_k, top_p=top_p)
     check_pair(model, draft)
     check_prompts(model, prompts)
     lm, small = cast(CachingModel, model), cast(CachingModel, draft)

@@ -133,11 +133,11 @@ class Pipeline:
         """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives;
         one text gives one translation, a list a list. ``num_return_sequences`` (at most ``beam``): the best beams
         of each text, best first, as a list per text (``aiayn translate --n-best``)."""
+        from aiayn.decoding.settings import check
         from aiayn.pipelines.translation import n_best
 
         self._need("translate")
-        if beam < 1:
-            raise ValueError(f"beam must be >= 1, got {beam}")
+        check(num_beams=beam, num_return_sequences=num_return_sequences)
         if not 1 <= num_return_sequences <= beam:
             raise ValueError(f"num_return_sequences must be between 1 and beam={beam}, got {num_return_sequences}")
         out = n_best(self.model, self._parts["src_tok"], self._parts["tgt_tok"],

@@ -55,15 +55,25 @@ def read_image_file(path: str | os.PathLike) -> Tensor:
         x = x[..., :3].permute(2, 0, 1)  # (H, W, C) -> (C, H, W)
     if x.dim() != 3 or x.shape[0] not in (1, 3):
         raise ValueError(f"{path}: an image array of shape {tuple(array.shape)}; wanted (H, W), (C, H, W) or (H, W, C)")
+    check_pixels(x, str(path))
     if x.dtype == torch.uint8 or x.float().max() > 1.0:
         return x.float() / 255
     return x.float()
+
+
+def check_pixels(image: Tensor, name: str = "image") -> None:
+    """Refuse a ``(C, H, W)`` image without a pixel (a zero height or width), which would reach a mean of
+    nothing."""
+    if image.dim() != 3 or min(image.shape) == 0:
+        raise ValueError(f"{name} is an image of shape {tuple(image.shape)}; wanted (C, H, W) with at least one "
+                         f"pixel")
 
 
 def prepare(image: Tensor, in_channels: int, size: int, invert: bool | None = None) -> Tensor:
     """A ``(C, H, W)`` image in [0, 1] made ready for a model of ``in_channels`` and ``image_size`` ``size``:
     channels averaged or repeated, resized (bilinear, antialiased), and, for grey images, inverted when its
     border is light (``invert=None``; the training digits are light on dark, as MNIST)."""
+    check_pixels(image)
     if image.size(0) != in_channels:
         image = image.mean(0, keepdim=True) if in_channels == 1 else image[:1].expand(in_channels, -1, -1)
     if invert is None:

@@ -23,6 +23,7 @@ from aiayn.decoding import sample, stream
 from aiayn.decoding.generate import generate as generate_ids
 from aiayn.decoding.generate import sampling_options
 from aiayn.decoding.processing import Processing
+from aiayn.decoding.settings import SettingError, check
 from aiayn.defaults import TEXT_GENERATION
 from aiayn.models.gpt import GPT
 from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids, to_dtype
@@ -119,17 +120,27 @@ def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device 
     yield from stream_text(model, tok, prompt, **options)
 
 
-def _prompt_ids(model, tok, prompt: str, max_new_tokens: int) -> tuple[list[int], int]:
-    """The ids of ``prompt`` (the end-of-text token for an empty one) and the new tokens the model has room for."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool) -> tuple[list[int], int]:
+    """The ids of ``prompt`` (the end-of-text token for an empty one) and the new tokens to make: ``max_new_tokens``
+    when ``asked`` (refused when the prompt and they pass the model's positions, as the server refuses them: never
+    fewer tokens than asked without a word), else the default cut to the room the model has."""
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
     room = model.cfg.max_len - len(ids)
     if room < 1:
         raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
+    if asked and max_new_tokens > room:
+        raise SettingError("max_new_tokens", f"is {max_new_tokens}, but the prompt is {len(ids)} tokens and the "
+                                             f"model reads at most {model.cfg.max_len} positions: at most {room}")
     return ids, min(max_new_tokens, room)
+
+
+def _checked(options: dict[str, Any], seed: int | None, **more: Any) -> dict[str, Any]:
+    """``options`` over :data:`DEFAULTS`, every setting checked (:func:`aiayn.decoding.settings.check`)."""
+    o = {**DEFAULTS, **options}
+    check(**o, seed=seed, **more)
+    return o
 
 
 def _seeded(model, seed: int | None) -> torch.Generator | None:
@@ -154,8 +165,8 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     if unknown:
         raise TypeError(f"unknown generation options {sorted(unknown)}; they are {sorted(DEFAULTS)}, stop, seed, "
                         f"num_return_sequences, num_beams")
-    o = {**DEFAULTS, **options}
-    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"]) for p in prompts]
+    o = _checked(options, seed, num_beams=num_beams, num_return_sequences=num_return_sequences)
+    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"], "max_new_tokens" in options) for p in prompts]
     n = num_return_sequences
     settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id,
                 "compile": compile}
@@ -192,8 +203,8 @@ def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed:
     if unknown:
         raise TypeError(f"unknown generation options {sorted(unknown)}; streaming takes {sorted(DEFAULTS)}, stop, "
                         f"seed")
-    o = {**DEFAULTS, **options}
-    ids, room = _prompt_ids(model, tok, prompt, o["max_new_tokens"])
+    o = _checked(options, seed)
+    ids, room = _prompt_ids(model, tok, prompt, o["max_new_tokens"], "max_new_tokens" in options)
     processing = Processing(o["repetition_penalty"], o["no_repeat_ngram_size"], o["min_new_tokens"] or 0,
                             () if tok.eos_id is None else (tok.eos_id,))
     chosen = sampling_options(o["do_sample"], o["temperature"], o["top_k"], o["top_p"])

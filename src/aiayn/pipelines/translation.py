@@ -16,6 +16,7 @@ from aiayn.data import (
     seq2seq_batch,
 )
 from aiayn.decoding import beam_search, greedy
+from aiayn.decoding.settings import check, check_beams
 from aiayn.models.transformer import Transformer
 from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids
 from aiayn.training import device as devices
@@ -34,6 +35,8 @@ def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
     """The ``n`` best translations of each text, best first (beam search's ``n`` best beams, ``n <= beam``);
     :func:`translate_texts` is ``n=1``. ``compile``: as :func:`translate_texts`' (each batch shape compiles once:
     the batches are sorted by length, so a new length is a new shape)."""
+    check(num_beams=beam, num_return_sequences=n)
+    check_beams(beam, model.cfg.tgt_vocab_size)
     if not 1 <= n <= beam:
         raise ValueError(f"n_best must be between 1 and the beam size {beam}, got {n}")
     where = devices.of(model)

@@ -19,6 +19,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable
@@ -33,7 +34,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aiayn.defaults import SERVING
+from aiayn.decoding.settings import CEILINGS, SettingError, check_beams
+from aiayn.defaults import MAX_WAIT_MS, SERVING
 from aiayn.pipelines.base import METHODS, Pipeline
 from aiayn.pipelines.lm import Text
 from aiayn.serve import images, schema
@@ -73,8 +75,13 @@ class Settings:
         for field in ("max_batch", "max_queue", "max_inputs", "max_body"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        for field in ("max_batch", "max_queue", "max_inputs", "max_body", "max_len"):
+            if isinstance(getattr(self, field), bool):
+                raise ValueError(f"{field} must be an integer, got {getattr(self, field)!r}")
+        if not (isinstance(self.max_wait_ms, (int, float)) and math.isfinite(self.max_wait_ms)
+                and 0 <= self.max_wait_ms <= MAX_WAIT_MS):
+            raise ValueError(f"max_wait_ms must be a number of milliseconds in [0, {MAX_WAIT_MS}], got "
+                             f"{self.max_wait_ms!r}")
         if self.max_len is not None and self.max_len < 2:
             raise ValueError(f"max_len must be >= 2 (a prompt token and a new one), got {self.max_len}")
         if not self.name:
@@ -357,7 +364,11 @@ class _Server:
         body = schema.fields(body, {"model", "input", "beam"})
         name = schema.model_name(body, self.settings.name)
         texts = schema.texts(body, "input", self.settings.max_inputs)
-        beam = schema.integer(body, "beam", 1, 1, 16)
+        beam = schema.integer(body, "beam", 1, 1, CEILINGS["num_beams"])
+        try:
+            check_beams(beam or 1, cast(Any, self.pipe.model).cfg.tgt_vocab_size)
+        except SettingError as e:
+            raise bad("beam", e.reason) from None
         found = await self._batched(request, texts, beam)
         data = [{"object": "translation", "index": i, "text": t} for i, t in enumerate(found)]
         return JSONResponse({"object": "list", "data": data, "model": name})

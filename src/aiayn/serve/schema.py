@@ -14,7 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.decoding.settings import CEILINGS, MAX_TEMPERATURE, SettingError, check
 from aiayn.serve.errors import ApiError, bad
+
+# the request fields that set a generation setting under another name (aiayn.decoding.settings)
+FIELDS = {"max_new_tokens": "max_tokens", "num_beams": "beam"}
 
 # OpenAI fields we accept only at the value that changes nothing (anything else is refused by name)
 NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "echo": False, "logprobs": None, "suffix": None,
@@ -53,7 +57,7 @@ def texts(body: dict[str, Any], key: str, most: int) -> list[str]:
     """A string or a non-empty list of at most ``most`` strings, as a list."""
     value = body.get(key)
     if isinstance(value, str):
-        return [value]
+        return [unicode(value, key)]
     if not isinstance(value, list) or not value:
         raise bad(key, f"must be a string or a non-empty list of strings, got {_kind(value)}")
     if len(value) > most:
@@ -61,7 +65,27 @@ def texts(body: dict[str, Any], key: str, most: int) -> list[str]:
     for i, v in enumerate(value):
         if not isinstance(v, str):
             raise bad(f"{key}[{i}]", f"must be a string, got {_kind(v)} (token ids are not taken)")
+        unicode(v, f"{key}[{i}]")
     return list(value)
+
+
+def unicode(text: str, key: str) -> str:
+    """``text``, refused when it is not valid Unicode (JSON's ``\\ud800`` escapes decode to a lone surrogate,
+    which no tokenizer can encode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise bad(key, f"is not valid Unicode: a lone surrogate {text[e.start]!r} at character {e.start}") from None
+    return text
+
+
+def settings(**given: Any) -> None:
+    """:func:`aiayn.decoding.settings.check` of the generation settings ``given``: a 400 naming the request's
+    field, with the words every door uses."""
+    try:
+        check(**given)
+    except SettingError as e:
+        raise bad(FIELDS.get(e.name, e.name), e.reason) from None
 
 
 def integer(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
@@ -127,13 +151,15 @@ def completion(body: Any, most: int) -> Completion:
         stop = [stop]
     elif not (isinstance(stop, list) and len(stop) <= 16 and all(isinstance(s, str) for s in stop)):
         raise bad("stop", f"must be a string or a list of at most 16 strings, got {_kind(stop)}")
+    for i, s in enumerate(stop):
+        unicode(s, "stop" if len(stop) == 1 else f"stop[{i}]")
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and set(options) <= {"include_usage"}):
         raise bad("stream_options", f"must be an object with include_usage only, got {options!r}")
-    return Completion(
+    done = Completion(
         prompts=texts(body, "prompt", most),
-        max_tokens=integer(body, "max_tokens", 16, 1) or 16,
-        temperature=number(body, "temperature", 1.0, 0.0, 2.0),
+        max_tokens=integer(body, "max_tokens", 16, 1, CEILINGS["max_new_tokens"]) or 16,
+        temperature=number(body, "temperature", 1.0, 0.0, MAX_TEMPERATURE),
         top_p=number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
         top_k=integer(body, "top_k", 0, 0) or 0,
         stop=[s for s in stop if s],
@@ -141,6 +167,9 @@ def completion(body: Any, most: int) -> Completion:
         stream=flag(body, "stream"),
         include_usage=flag(options or {}, "include_usage"),
     )
+    settings(max_new_tokens=done.max_tokens, temperature=done.temperature, top_p=done.top_p, top_k=done.top_k,
+             seed=done.seed)  # what the types above let through: a temperature too small to sample with
+    return done
 
 
 def image_bytes(body: dict[str, Any], key: str, most: int) -> list[bytes]:

@@ -1,0 +1,160 @@
+"""Every generation setting at every door: checked once (:mod:`aiayn.decoding.settings`), in the same words,
+named the door's way. Python raises a ``ValueError`` naming the argument; the server answers 400 naming the field
+(never a 5xx, never a hang); the command line exits 2 naming the flag (``test_bad_inputs.py``'s table).
+
+The server is driven in-process (its ASGI app, lifespan and worker thread included) by hypothesis, which draws
+each field of each request from the values a hostile client would send: wrong types, booleans for numbers, NaN,
+infinities, subnormals, huge and negative numbers, empty and invalid Unicode strings."""
+
+import math
+import time
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.decoding.settings import CEILINGS, MIN_TEMPERATURE, SettingError, check
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+pytest.importorskip("starlette")
+from starlette.testclient import TestClient  # noqa: E402
+
+from aiayn.serve import Settings, make_app  # noqa: E402
+
+BAD = [  # (setting, value): each refused, naming the setting
+    ("temperature", float("nan")), ("temperature", float("inf")), ("temperature", -1.0), ("temperature", 1e-30),
+    ("temperature", 5e-324), ("temperature", "0.5"), ("temperature", True), ("top_p", 0.0), ("top_p", 1.5),
+    ("top_p", float("nan")), ("top_k", -1), ("top_k", 2.5), ("top_k", True), ("num_beams", 0),
+    ("num_beams", CEILINGS["num_beams"] + 1), ("max_new_tokens", True), ("max_new_tokens", 0),
+    ("max_new_tokens", CEILINGS["max_new_tokens"] + 1), ("repetition_penalty", 0.0),
+    ("repetition_penalty", float("-inf")), ("length_penalty", float("nan")), ("no_repeat_ngram_size", -1),
+    ("min_new_tokens", 1.0), ("seed", 2**64), ("num_return_sequences", 0),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD, ids=[f"{n}={v!r}" for n, v in BAD])
+def test_each_bad_setting_is_refused_naming_it(name, value):
+    with pytest.raises(SettingError) as e:
+        check(do_sample=True, **{name: value})
+    assert e.value.name == name and str(e.value).startswith(f"{name} must") and repr(value)[:3] in str(e.value) \
+        or name in str(e.value)
+
+
+def test_greedy_takes_temperature_zero_and_sampling_the_range():
+    check(temperature=0.0)
+    check(do_sample=False, temperature=1e-9)  # greedy reads no temperature (transformers' generate ignores it)
+    check(do_sample=True, temperature=MIN_TEMPERATURE, top_p=1e-300, top_k=0)  # a tiny top_p keeps the top token
+
+
+@pytest.fixture(scope="module")
+def lm(runs):
+    return aiayn.pipeline(runs["lm"], device="cpu")
+
+
+@pytest.mark.parametrize("options", [{"temperature": float("nan")}, {"temperature": 1e-30}, {"top_p": float("nan")},
+                                     {"max_new_tokens": True}, {"num_beams": 10_000}, {"top_k": True}],
+                         ids=["nan-temperature", "tiny-temperature", "nan-top-p", "bool-tokens", "huge-beam",
+                              "bool-top-k"])
+def test_python_refuses_at_generate_and_at_the_pipeline(lm, options):
+    """Before: a NaN temperature reached the kernel (a bare RuntimeError from multinomial), a tiny one overflowed
+    the logits, ``True`` counted as one token, 10,000 beams ran for minutes."""
+    name = next(iter(options))
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=name):
+        lm.model.generate(ids, do_sample="num_beams" not in options, **{"max_new_tokens": 3, **options})
+    with pytest.raises(ValueError, match=name):
+        lm.generate("a", do_sample="num_beams" not in options, **{"max_new_tokens": 3, **options})
+
+
+def test_a_prompt_and_new_tokens_past_the_positions_are_refused_not_cut(lm):
+    """The server refused them (400 ``max_tokens``); the pipeline gave fewer tokens without a word. Asked for,
+    they are refused the same way; the default is what the model has room for."""
+    n = lm.model.cfg.max_len
+    with pytest.raises(ValueError, match=rf"max_new_tokens is {n}, .* at most {n - 1}"):
+        lm.generate("a", max_new_tokens=n, do_sample=False)
+    assert lm.generate("a", max_new_tokens=n - 1, do_sample=False) is not None
+    assert lm.generate("a", do_sample=False) is not None  # the default: the room there is
+
+
+@pytest.fixture(scope="module")
+def client(lm):
+    with TestClient(make_app(lm, Settings(max_wait_ms=1.0, max_batch=4)), base_url="http://127.0.0.1") as c:
+        yield c
+
+
+NUMBERS = (st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+           | st.booleans() | st.none() | st.text(max_size=5) | st.lists(st.integers(), max_size=2))
+TEXTS = (st.text(max_size=8) | st.sampled_from(["\ud800", "a\udfff", ""]) | st.integers() | st.none()
+         | st.lists(st.text(max_size=4) | st.sampled_from(["\ud83d"]), max_size=3))
+COMPLETION = st.fixed_dictionaries({"prompt": TEXTS}, optional={
+    "max_tokens": NUMBERS, "temperature": NUMBERS, "top_p": NUMBERS, "top_k": NUMBERS, "seed": NUMBERS,
+    "stop": TEXTS, "stream": st.booleans() | NUMBERS})
+
+
+def answered(client, path, body):
+    """POST ``body`` (JSON as Python writes it: NaN and infinities included) within a time bound: a 200, or a
+    4xx whose error names a field of the body; never a 5xx."""
+    import json
+
+    start = time.monotonic()
+    r = client.post(path, content=json.dumps(body), headers={"content-type": "application/json"}, timeout=30)
+    assert time.monotonic() - start < 30
+    assert r.status_code < 500, (body, r.status_code, r.text)
+    if r.status_code != 200:
+        error = r.json()["error"]
+        assert error["message"], body
+        param = (error.get("param") or "").split("[")[0]
+        assert param in body or param == "" and r.status_code in (413, 503), (body, r.text)
+    return r
+
+
+@hypothesis.settings(max_examples=60, deadline=None, database=None, derandomize=True,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(body=COMPLETION)
+def test_completions_answer_every_draw_with_an_answer_or_a_400_naming_the_field(client, body):
+    if isinstance(body.get("max_tokens"), int) and not isinstance(body["max_tokens"], bool):
+        body["max_tokens"] = max(1, min(body["max_tokens"], 4))  # bounded work: the big ones are drawn below
+    answered(client, "/v1/completions", body)
+
+
+@pytest.mark.parametrize(("field", "value"), [("temperature", 1e-30), ("temperature", 5e-324),
+                                              ("temperature", float("nan")), ("max_tokens", True), ("top_k", True),
+                                              ("max_tokens", CEILINGS["max_new_tokens"] + 1), ("prompt", "\ud800"),
+                                              ("stop", "\udfff"), ("prompt", ["a", "\ud83d"])])
+def test_completions_refuse_what_reached_a_kernel_before(client, field, value):
+    r = answered(client, "/v1/completions", {"prompt": "a", "max_tokens": 2, field: value})
+    assert r.status_code == 400 and r.json()["error"]["param"].split("[")[0] == field, r.text
+
+
+def test_each_endpoint_refuses_text_that_is_not_unicode(runs):
+    """A lone surrogate (a JSON ``\\ud800``) was a 500 at one endpoint and an empty 200 at another."""
+    for kind, path, extra in (("copy", "/v1/translations", {}), ("lm", "/v1/completions", {"max_tokens": 2})):
+        with TestClient(make_app(aiayn.pipeline(runs[kind], device="cpu")), base_url="http://127.0.0.1") as c:
+            key = "prompt" if kind == "lm" else "input"
+            for value in ("\ud800", ["ok", "x\udfffy"]):
+                r = answered(c, path, {key: value, **extra})
+                assert r.status_code == 400 and "Unicode" in r.text, r.text
+
+
+def test_translations_refuse_a_beam_past_the_ceiling_or_the_vocabulary(runs):
+    with TestClient(make_app(aiayn.pipeline(runs["copy"], device="cpu")), base_url="http://127.0.0.1") as c:
+        vocab = c.app.state.server.pipe.model.cfg.tgt_vocab_size if hasattr(c.app.state, "server") else None
+        for beam in (CEILINGS["num_beams"] + 1, True, 2.0):
+            r = answered(c, "/v1/translations", {"input": "a b", "beam": beam})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "beam"
+        if vocab is not None and vocab < CEILINGS["num_beams"]:
+            r = answered(c, "/v1/translations", {"input": "a b", "beam": vocab + 1})
+            assert r.status_code == 400 and "vocabulary" in r.text
+
+
+@pytest.mark.parametrize("wait", [float("nan"), float("inf"), -1.0, 1e12])
+def test_server_settings_refuse_waits_that_never_end(wait):
+    with pytest.raises(ValueError, match="max_wait_ms"):
+        Settings(max_wait_ms=wait)
+    assert not math.isfinite(wait) or wait < 0 or wait > 1e4
+
+
+def test_a_good_completion_is_answered_beside_the_bad_ones(client):
+    r = answered(client, "/v1/completions", {"prompt": "a", "max_tokens": 3, "temperature": 0.5, "seed": 1})
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")
