@@ -37,7 +37,7 @@ BAD = [  # (setting, value): each refused, naming the setting
 def test_each_bad_setting_is_refused_naming_it(name, value):
     with pytest.raises(SettingError) as e:
         check(do_sample=True, **{name: value})
-    assert e.value.name == name and str(e.value).startswith(f"{name} must") and repr(value)[:3] in str(e.value) \
+    assert (e.value.name == name and str(e.value).startswith(f"{name} must") and repr(value)[:3] in str(e.value)) \
         or name in str(e.value)
 
 
@@ -105,7 +105,7 @@ def answered(client, path, body):
         error = r.json()["error"]
         assert error["message"], body
         param = (error.get("param") or "").split("[")[0]
-        assert param in body or param == "" and r.status_code in (413, 503), (body, r.text)
+        assert param in body or (param == "" and r.status_code in (413, 503)), (body, r.text)
     return r
 
 
