@@ -114,7 +114,7 @@ CASES = [
     quick("max-new-tokens-negative", run("lm"), ["generate", "--run", "lm", "--max-new-tokens", "-1"],
           ["--max-new-tokens"]),
     quick("top-p-above-one", run("lm"), ["generate", "--run", "lm", "--top-p", "2", "--max-new-tokens", "2"],
-          ["top_p"]),
+          ["--top-p"]),  # the flag that set it (aiayn.decoding.settings)
     # an export of a run it cannot describe writes nothing (no OUT, no temporary folder)
     Case("export-run-json-garbage", steps(run("lm"), write("lm/run.json", "{garbage")),
          ["export", "lm", "--to", "hf", "exported"], ["run.json"]),
