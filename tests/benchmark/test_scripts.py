@@ -230,9 +230,11 @@ def test_gpu_parses_its_flags_and_runs_quick_on_cuda(tmp_path):
     assert "--quick" in run_script("gpu", "--help", cwd=tmp_path)  # imports and parses on any machine
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA for the run itself")
-    run_script("gpu", "--quick", "--steps", 2, "--out", tmp_path / "out", cwd=tmp_path)
+    for stage in ("decode", "train"):
+        run_script("gpu", stage, "--quick", "--steps", 2, "--rounds", 1, "--out", tmp_path / "out", cwd=tmp_path)
     result = json.loads((tmp_path / "out" / "gpu.json").read_text())
-    assert result["quick"] and {"gpt2-train", "transformer-base-train", "gpt2-generate"} <= set(result["results"])
+    assert result["quick"] and {"hbm_bandwidth", "gpt2-decode-eager", "gpt2-decode-compiled", "gpt2-decode-hf",
+                                "gpt2-train", "transformer-base-train"} <= set(result["results"])
 
 
 def test_lm_shakespeare_quick(tmp_path):

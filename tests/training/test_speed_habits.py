@@ -2,6 +2,7 @@
 per update under several ranks, and peak memory, tokens/s and MFU in the records of a CUDA run."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -156,19 +157,15 @@ def load_gpu_script():
     return module
 
 
-def test_the_compiled_gpu_benchmark_generates_through_compiled_decode_steps(monkeypatch):
-    """``benchmarks/gpu.py --compile`` times generation with each step's forward and the output layer compiled
-    (torch.compile is spied on here, not run: compiling takes minutes on this CPU)."""
+def test_the_gpu_benchmark_decodes_compiled_through_the_static_cache(monkeypatch, tmp_path):
+    """``benchmarks/gpu.py decode``'s compiled side is ``compile=True`` (:mod:`aiayn.decoding.static`: the static
+    cache and the step compiled, CUDA graphs on a GPU), not a compiled forward over the growing cache (compiling
+    is spied on here, not run: it takes a minute on this CPU)."""
     gpu = load_gpu_script()
-    compiled = []
-    monkeypatch.setattr(torch, "compile", lambda fn, **options: compiled.append((fn, options)) or fn)
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **options: compiled.append((self, options)))
-    model = aiayn.build("gpt-tiny", vocab_size=40, d_model=32, n_heads=2, n_layers=2, d_ff=64).eval()
-    prompt = torch.randint(0, 40, (1, 4))
-    expected = aiayn.decoding.sample(model, prompt, 5, temperature=0)
-    _, said = gpu.generation(model, prompt, 5, compile_=False)
-    assert compiled == [] and said == "nothing (eager)"
-    generate, said = gpu.generation(model, prompt, 5, compile_=True)
-    assert [fn for fn, _ in compiled] == [model.features, model.lm_head] and compiled[0][1] == {"dynamic": True}
-    assert "GPT.features" in said and "lm_head" in said
-    assert torch.equal(generate(), expected)
+    asked, sample = [], gpu.sample
+    monkeypatch.setattr(gpu, "sample", lambda *a, **k: asked.append(k["compile"]) or sample(*a, **{**k, "compile": False}))
+    assert gpu.main(["decode", "--device", "cpu", "--quick", "--sides", "eager,compiled", "--rounds", "1",
+                     "--out", str(tmp_path)]) == 0
+    assert False in asked and True in asked
+    results = json.loads((tmp_path / "gpu.json").read_text())["results"]
+    assert results["gpt2-decode-compiled"]["tokens_as_eager"] == 1.0  # (eager here too: the same tokens)
