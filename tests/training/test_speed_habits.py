@@ -163,7 +163,8 @@ def test_the_gpu_benchmark_decodes_compiled_through_the_static_cache(monkeypatch
     is spied on here, not run: it takes a minute on this CPU)."""
     gpu = load_gpu_script()
     asked, sample = [], gpu.sample
-    monkeypatch.setattr(gpu, "sample", lambda *a, **k: asked.append(k["compile"]) or sample(*a, **{**k, "compile": False}))
+    monkeypatch.setattr(gpu, "sample",
+                        lambda *a, **k: asked.append(k["compile"]) or sample(*a, **{**k, "compile": False}))
     assert gpu.main(["decode", "--device", "cpu", "--quick", "--sides", "eager,compiled", "--rounds", "1",
                      "--out", str(tmp_path)]) == 0
     assert False in asked and True in asked
