@@ -119,6 +119,8 @@ CASES = [
                                                                     "a b"], ["--beam", "vocabulary"]),
     quick("serve-max-wait-nan", run("lm"), ["serve", "lm", "--max-wait-ms", "nan"], ["--max-wait-ms"]),
     quick("serve-max-wait-inf", run("lm"), ["serve", "lm", "--max-wait-ms", "inf"], ["--max-wait-ms"]),
+    quick("serve-max-len-one", run("lm"), ["serve", "lm", "--max-len", "1"], ["--max-len"]),
+    quick("serve-max-len-past-the-positions", run("lm"), ["serve", "lm", "--max-len", "99999"], ["--max-len"]),
     # files
     quick("hf-safetensors-damaged", steps(run("hf"), truncate("hf/model.safetensors", 0.5)), ["convert", "hf", "out"],
           ["model.safetensors"]),

@@ -168,25 +168,33 @@ COMMANDS = {  # each command's numeric flags, and what it reads
                   "--no-repeat-ngram-size", "--min-new-tokens", "--seed"], "lm", ["--prompt", "a"]),
     "translate": (["--beam", "--n-best", "--batch-size"], "copy", ["a b"]),
     "classify": (["--top"], "image", ["digit.npy"]),
+    "serve": (["--max-batch", "--max-wait-ms", "--max-queue", "--max-inputs", "--max-len", "--port"], "lm", []),
 }
 
 
-@hypothesis.settings(max_examples=40, deadline=None, database=None, derandomize=True,
+@hypothesis.settings(max_examples=80, deadline=None, database=None, derandomize=True,
                      suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.given(command=st.sampled_from(sorted(COMMANDS)), data=st.data())
-def test_every_numeric_flag_is_answered_or_refused_naming_it(runs, tmp_path_factory, capsys, command, data):
+def test_every_numeric_flag_is_answered_or_refused_naming_it(runs, tmp_path_factory, capsys, monkeypatch, command,
+                                                             data):
     """Each draw of a command's numeric flags: an answer (exit 0), or exit 2 with one line naming a flag drawn;
-    never a traceback, and the run read is left as it was."""
+    never a traceback, and the run read is left as it was. ``serve`` is started up to the point where it would
+    listen (uvicorn's ``run`` is a stand-in here)."""
     import numpy as np
+    import uvicorn
     from reliability_kit import in_process, snapshot
 
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: print("would listen"))
     flags, kind, rest = COMMANDS[command]
+    if command == "serve":
+        rest = [str(runs[kind])]
     drawn = data.draw(st.dictionaries(st.sampled_from(flags), FLAG_VALUES, min_size=1, max_size=3))
     run = runs[kind]
     cwd = tmp_path_factory.mktemp("door")
     np.save(cwd / "digit.npy", np.zeros((28, 28), dtype=np.uint8))
     before = snapshot(run)
-    argv = [command, "--run", str(run), *rest, *(f"{flag}={value}" for flag, value in drawn.items())]
+    argv = [command, *([] if command == "serve" else ["--run", str(run)]), *rest,
+            *(f"{flag}={value}" for flag, value in drawn.items())]
     result = in_process(argv, cwd, capsys)
     assert snapshot(run) == before
     assert result.returncode in (0, 2), (argv, result.returncode, result.stderr)
@@ -198,3 +206,17 @@ def test_every_numeric_flag_is_answered_or_refused_naming_it(runs, tmp_path_fact
         assert any(flag in last for flag in drawn), (argv, last)
     else:
         assert result.stdout.strip(), argv
+
+
+@pytest.fixture(scope="module")
+def translator(runs):
+    with TestClient(make_app(aiayn.pipeline(runs["copy"], device="cpu"), Settings(max_wait_ms=1.0)),
+                    base_url="http://127.0.0.1") as c:
+        yield c
+
+
+@hypothesis.settings(max_examples=40, deadline=None, database=None, derandomize=True,
+                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.given(body=st.fixed_dictionaries({"input": TEXTS}, optional={"beam": NUMBERS, "model": TEXTS}))
+def test_translations_answer_every_draw_with_an_answer_or_a_400_naming_the_field(translator, body):
+    answered(translator, "/v1/translations", body)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
     pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
                           compile=args.compile, dtype=args.dtype)
-    settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
-                        max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
-                        max_len=args.max_len)
-    app = make_app(pipe, settings)
+    try:
+        settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
+                            max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,
+                            max_len=args.max_len)
+        app = make_app(pipe, settings)
+    except ValueError as e:  # a setting refused by the server: named by its flag
+        return _refuse(re.sub(r"\b(max_batch|max_wait_ms|max_queue|max_inputs|max_len)\b",
+                              lambda m: "--" + m.group(1).replace("_", "-"), str(e)))
 
     class Server(uvicorn.Server):
         """uvicorn's server, that drains on a signal (new requests: 503) and says where it listens."""
