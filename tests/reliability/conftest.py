@@ -18,7 +18,7 @@ TINY = {"progress": False, "verbose": False, "steps": 3, "warmup": 1, "eval_ever
 
 
 class Runs:
-    """``runs["lm"]``, ``["copy"]``, ``["image"]``: tiny runs (three updates each: what matters is what the
+    """``runs["lm"]``, ``["copy"]``, ``["image"]``, ``["mlm"]``, ``["detect"]``: tiny runs (three updates each: what matters is what the
     folders hold, not what the models learnt); ``["hf"]``: the lm run exported as a Hugging Face GPT-2 folder.
     Each is made on first use, so a test file that needs only one does not wait for the others."""
 
@@ -46,6 +46,11 @@ class Runs:
                     return recipes.train("copy", n_train=300, n_test=10, max_tokens=128, out=out, **TINY)["run"]
             if kind == "image":
                 return recipes.train("image", n_train=64, n_test=16, batch_size=8, out=out, **TINY)["run"]
+            if kind == "mlm":  # a BERT: what embed and the embeddings endpoint read
+                return recipes.train("mlm", n_train=50, n_test=5, batch_size=4, out=out, **TINY)["run"]
+            if kind == "detect":
+                return recipes.train("detect", image_size=48, max_objects=1, n_test=2, batch_size=2, out=out,
+                                     **TINY)["run"]
             if kind == "hf":
                 return export(self["lm"], self.out / "hf-gpt2", "hf")
         finally:

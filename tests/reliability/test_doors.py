@@ -168,6 +168,8 @@ COMMANDS = {  # each command's numeric flags, and what it reads
                   "--no-repeat-ngram-size", "--min-new-tokens", "--seed"], "lm", ["--prompt", "a"]),
     "translate": (["--beam", "--n-best", "--batch-size"], "copy", ["a b"]),
     "classify": (["--top"], "image", ["digit.npy"]),
+    "embed": (["--batch-size"], "mlm", ["a b", "c"]),
+    "detect": (["--threshold"], "detect", ["shapes.png", "--out", "found"]),
     "serve": (["--max-batch", "--max-wait-ms", "--max-queue", "--max-inputs", "--max-len", "--port"], "lm", []),
 }
 
@@ -191,9 +193,13 @@ def test_every_numeric_flag_is_answered_or_refused_naming_it(runs, tmp_path_fact
     drawn = data.draw(st.dictionaries(st.sampled_from(flags), FLAG_VALUES, min_size=1, max_size=3))
     run = runs[kind]
     cwd = tmp_path_factory.mktemp("door")
+    from PIL import Image
+
     np.save(cwd / "digit.npy", np.zeros((28, 28), dtype=np.uint8))
+    Image.fromarray(np.full((48, 48, 3), 128, dtype=np.uint8)).save(cwd / "shapes.png")
     before = snapshot(run)
-    argv = [command, *([] if command == "serve" else ["--run", str(run)]), *rest,
+    where = {"serve": [], "embed": ["--model", str(run)]}.get(command, ["--run", str(run)])
+    argv = [command, *where, *rest,
             *(f"{flag}={value}" for flag, value in drawn.items())]
     result = in_process(argv, cwd, capsys)
     assert snapshot(run) == before
@@ -220,3 +226,29 @@ def translator(runs):
 @hypothesis.given(body=st.fixed_dictionaries({"input": TEXTS}, optional={"beam": NUMBERS, "model": TEXTS}))
 def test_translations_answer_every_draw_with_an_answer_or_a_400_naming_the_field(translator, body):
     answered(translator, "/v1/translations", body)
+
+
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg==")  # 1 x 1, grey
+IMAGES = (st.lists(st.sampled_from([PNG, "", "!!", "data:image/png;base64," + PNG, "aGVsbG8="]) | st.integers(),
+                   max_size=3) | st.text(max_size=4) | st.none())
+ENDPOINTS = {  # the run served, the endpoint, its fields
+    "mlm": ("/v1/embeddings", st.fixed_dictionaries({"input": TEXTS}, optional={
+        "encoding_format": TEXTS | st.sampled_from(["float", "base64"]), "dimensions": NUMBERS})),
+    "image": ("/v1/classifications", st.fixed_dictionaries({"images": IMAGES}, optional={"top": NUMBERS})),
+    "detect": ("/v1/detections", st.fixed_dictionaries({"images": IMAGES}, optional={"threshold": NUMBERS})),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ENDPOINTS))
+def test_every_other_endpoint_answers_every_draw_with_an_answer_or_a_400_naming_the_field(runs, kind):
+    path, bodies = ENDPOINTS[kind]
+    with TestClient(make_app(aiayn.pipeline(runs[kind], device="cpu"), Settings(max_wait_ms=1.0)),
+                    base_url="http://127.0.0.1") as c:
+
+        @hypothesis.settings(max_examples=30, deadline=None, database=None, derandomize=True,
+                             suppress_health_check=list(hypothesis.HealthCheck))
+        @hypothesis.given(body=bodies)
+        def draw(body):
+            answered(c, path, body)
+
+        draw()
