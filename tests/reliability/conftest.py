@@ -18,8 +18,9 @@ TINY = {"progress": False, "verbose": False, "steps": 3, "warmup": 1, "eval_ever
 
 
 class Runs:
-    """``runs["lm"]``, ``["copy"]``, ``["image"]``, ``["mlm"]``, ``["detect"]``: tiny runs (three updates each: what matters is what the
-    folders hold, not what the models learnt); ``["hf"]``: the lm run exported as a Hugging Face GPT-2 folder.
+    """``runs["lm"]``, ``["copy"]``, ``["image"]``, ``["mlm"]``, ``["detect"]``: tiny runs (three updates each:
+    what matters is what the folders hold, not what the models learnt); ``["hf"]``: the lm run exported as a Hugging
+    Face GPT-2 folder.
     Each is made on first use, so a test file that needs only one does not wait for the others."""
 
     def __init__(self, out: Path) -> None:
