@@ -127,3 +127,32 @@ def test_a_servers_slots_warmed_and_stepped_on_one_worker_thread():
     assert not errors, errors
     assert torch.equal(*runs)
     assert counters["inductor"]["cudagraph_skips"] == 0
+
+
+def test_serve_compile_on_the_gpu_gives_the_eager_tokens_without_skipped_graphs():
+    """``aiayn serve --compile``'s worker (where starlette is installed): warmed and stepped on its thread, a row
+    decodes what the eager slots decode, and no CUDA graph is skipped."""
+    pytest.importorskip("starlette")
+    from aiayn.decoding import sample
+    from aiayn.pipelines.lm import Text
+    from aiayn.serve.generation import ContinuousBatcher, Row
+    from aiayn.serve.metrics import Metrics
+
+    class Ids:
+        eos_id = None
+
+        def decode(self, ids):
+            return " ".join(map(str, ids))
+
+    net = gpt("gpt-tiny")
+    want = sample(net, [[5, 9, 12]], 12, temperature=0)[0][3:]
+    counters.clear()
+    worker = ContinuousBatcher(net, set(), max_batch=4, max_wait=0.0, max_queue=4, metrics=Metrics(), compile=True,
+                               length=32)
+    worker.start()
+    done, events = threading.Event(), []
+    row = Row(prompt=[5, 9, 12], budget=12, temperature=0.0, top_k=None, top_p=None, generator=None,
+              text=Text(Ids(), []), send=lambda e: events.append(e) or (e[0] in ("done", "error") and done.set()))
+    assert worker.submit([row]) and done.wait(300), events
+    worker.stop(timeout=60)
+    assert row.text.ids == want and counters["inductor"]["cudagraph_skips"] == 0, events
