@@ -129,3 +129,16 @@ def test_the_timed_training_step_is_compiled_because_flops_are_counted_on_the_pl
     assert figures["flops_per_step"] > 0
     assert compiled.frame_count >= 1  # the timed step ran a graph
     torch._dynamo.reset()
+
+
+def test_the_last_stage_cut_off_is_no_failure_and_a_zero_limit_skips(tmp_path):
+    done, calls = gpu_sh(tmp_path, GPU_S="40", DECODE_S="0", DECODE_SLEEP="60")
+    assert "decode skipped" in done.stderr and not any("gpu.py decode" in c for c in calls)
+    stub = (tmp_path / "python").read_text().replace('*"gpu.py decode"*)', '*"--compile"*)')
+    (tmp_path / "python").write_text(stub)
+    full = {**os.environ, "PYTHON": str(tmp_path / "python"), "OUT": str(tmp_path / "out2"),
+            "CALLS": str(tmp_path / "calls.txt"), "PYTHONPATH": "", "GPU_S": "16", "DECODE_SLEEP": "60"}
+    (tmp_path / "out2").mkdir()
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh")], cwd=tmp_path, env=full,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "compiled cut off" in done.stderr, done.stderr

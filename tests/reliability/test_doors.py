@@ -186,7 +186,8 @@ def test_every_numeric_flag_is_answered_or_refused_naming_it(runs, tmp_path_fact
     import uvicorn
     from reliability_kit import in_process, snapshot
 
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: print("would listen"))
+    monkeypatch.setattr(uvicorn.Server, "run",  # the worker started (and warmed) before this: stop it
+                        lambda self: self.config.app.state.server.worker.stop(timeout=5) or print("would listen"))
     flags, kind, rest = COMMANDS[command]
     if command == "serve":
         rest = [str(runs[kind])]
@@ -252,3 +253,20 @@ def test_every_other_endpoint_answers_every_draw_with_an_answer_or_a_400_naming_
             answered(c, path, body)
 
         draw()
+
+
+def test_the_same_words_at_every_door(client, lm, runs, tmp_path, capsys):
+    """A setting refused at each door says the same after its name (the review found the server's own words)."""
+    from reliability_kit import in_process
+
+    with pytest.raises(SettingError) as python:
+        lm.generate("a", max_new_tokens=9000)
+    r = answered(client, "/v1/completions", {"prompt": "a", "max_tokens": 9000})
+    assert r.json()["error"]["message"] == f"max_tokens {python.value.reason}"
+    cli = in_process(["generate", "--run", str(runs["lm"]), "--max-new-tokens", "9000"], tmp_path, capsys)
+    assert cli.returncode == 2 and cli.stderr.strip().endswith(f"--max-new-tokens {python.value.reason}")
+    with pytest.raises(SettingError, match=r"do_sample=False is greedy"):  # not "must be 0 ... got 0"
+        lm.generate("a", do_sample=True, temperature=0)
+    beams = in_process(["generate", "--run", str(runs["lm"]), "--prompt", "a", "--num-beams", "2", "--temperature",
+                        "0.005", "--max-new-tokens", "2"], tmp_path, capsys)
+    assert beams.returncode == 0, beams.stderr  # beams read no temperature, as in Python

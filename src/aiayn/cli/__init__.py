@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
 
             numbers = ("max_new_tokens", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
                        "min_new_tokens")
-            check(temperature=args.temperature, num_beams=args.num_beams, seed=args.seed,
+            check(do_sample=args.temperature > 0 and args.num_beams == 1, temperature=args.temperature,
+                  num_beams=args.num_beams, seed=args.seed,
                   **{k: getattr(args, k) for k in numbers})  # NaN is refused here, not read as greedy
             options = {"stop": args.stop, "seed": args.seed, "do_sample": args.temperature > 0,
                        **{k: getattr(args, k) for k in numbers if getattr(args, k) is not None}}

@@ -81,6 +81,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:  # a setting refused by the server: named by its flag
         return _refuse(re.sub(r"\b(max_batch|max_wait_ms|max_queue|max_inputs|max_len)\b",
                               lambda m: "--" + m.group(1).replace("_", "-"), str(e)))
+    try:  # the worker's thread, and its compiled step warmed there, before listening (the lifespan's start waits)
+        app.state.server.worker.start()
+    except Exception as e:  # a compiler that fails: say so and exit non-zero, not a server without a worker
+        print(f"aiayn serve: error: the worker did not start: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
     class Server(uvicorn.Server):
         """uvicorn's server, that drains on a signal (new requests: 503) and says where it listens."""

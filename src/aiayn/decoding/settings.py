@@ -82,8 +82,9 @@ def check(*, do_sample: bool | None = None, temperature: Any = None, top_k: Any 
         t = _number("temperature", temperature, 0.0, MAX_TEMPERATURE)
         sampling = t > 0 if do_sample is None else do_sample
         if sampling and t < MIN_TEMPERATURE:
-            raise SettingError("temperature", f"must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] "
-                                              f"when sampling, got {t:g}")
+            greedy = "do_sample=False is greedy" if do_sample else "0 is greedy"
+            raise SettingError("temperature", f"must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] when sampling "
+                                              f"({greedy}), got {t:g}")
     if top_k is not None:
         _integer("top_k", top_k, 0)
     if top_p is not None:

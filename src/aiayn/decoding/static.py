@@ -176,7 +176,8 @@ def _narrow(columns: Tensor, width: int, dim: int = 0) -> Tensor:
 # At most this many sets of freed buffers are kept for reuse (the most recently freed), whatever their shapes.
 KEEP = 4
 _kept: OrderedDict[tuple[Any, ...], list[list[Tensor]]] = OrderedDict()  # freed sets by their shapes, oldest first
-_kept_lock = threading.Lock()  # sessions are made and freed on a server's worker threads too
+_kept_lock = threading.RLock()  # sessions are made and freed on a server's worker threads too; reentrant: a
+# collection while the lock is held may free a session, whose finalizer gives its set back on the same thread
 
 
 def buffers(owner: object, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype,
@@ -197,7 +198,7 @@ def buffers(owner: object, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype
         with torch.inference_mode(False):
             got = [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
         for t in got:
-            torch._dynamo.mark_static_address(t)  # unguarded: not compiled again for another set
+            torch._dynamo.mark_static_address(t, guard=False)  # not compiled again (nor kept alive) for another
     else:
         for t in got:
             t.zero_()  # columns never written are masked out, but a NaN there would still reach the sum

@@ -467,8 +467,10 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
     if p.task != "text-generation":
         raise ValueError(f"source: {p.source} holds a {type(p.model).__name__}, a {p.task} model; a TL;DR "
                          f"summary needs a language model")
-    out = cast(str, p.generate(text.rstrip() + TLDR, max_new_tokens=max_new_tokens, temperature=1.0, top_k=top_k,
-                               seed=seed))
+    prompt = text.rstrip() + TLDR
+    room = cast(Any, p.model).cfg.max_len - len(p.parts["tok"].encode(prompt))  # fewer drawn where less fits
+    out = cast(str, p.generate(prompt, max_new_tokens=max(1, min(max_new_tokens, room)), temperature=1.0,
+                               top_k=top_k, seed=seed))
     if sentences is not None:
         out = "".join(re.split(r"(?<=[.!?])(?=\s)", out)[:sentences])
     return out.strip()

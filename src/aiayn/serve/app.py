@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from aiayn.decoding.settings import CEILINGS, SettingError, check_beams
+from aiayn.decoding.settings import SettingError, check_beams
 from aiayn.defaults import MAX_WAIT_MS, SERVING
 from aiayn.pipelines.base import METHODS, Pipeline
 from aiayn.pipelines.lm import Text
@@ -364,9 +364,10 @@ class _Server:
         body = schema.fields(body, {"model", "input", "beam"})
         name = schema.model_name(body, self.settings.name)
         texts = schema.texts(body, "input", self.settings.max_inputs)
-        beam = schema.integer(body, "beam", 1, 1, CEILINGS["num_beams"])
+        schema.settings(num_beams=body.get("beam"))  # every door's words and ceiling
+        beam = int(body.get("beam") or 1)
         try:
-            check_beams(beam or 1, cast(Any, self.pipe.model).cfg.tgt_vocab_size)
+            check_beams(beam, cast(Any, self.pipe.model).cfg.tgt_vocab_size)
         except SettingError as e:
             raise bad("beam", e.reason) from None
         found = await self._batched(request, texts, beam)

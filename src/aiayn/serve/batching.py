@@ -119,8 +119,10 @@ class Worker(abc.ABC):
         self._failed: BaseException | None = None
 
     def start(self) -> None:
-        """Start the thread and wait until it has run :meth:`prepare`; raise what that raised."""
-        self._thread.start()
+        """Start the thread (once: a later call only waits) and wait until it has run :meth:`prepare`; raise what
+        that raised."""
+        if not self._thread.is_alive() and not self._prepared.is_set():
+            self._thread.start()
         self._prepared.wait()
         if self._failed is not None:
             raise self._failed

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from aiayn.decoding.settings import CEILINGS, MAX_TEMPERATURE, SettingError, check
+from aiayn.decoding.settings import SettingError, check
 from aiayn.serve.errors import ApiError, bad
 
 # the request fields that set a generation setting under another name (aiayn.decoding.settings)
@@ -156,20 +156,22 @@ def completion(body: Any, most: int) -> Completion:
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and set(options) <= {"include_usage"}):
         raise bad("stream_options", f"must be an object with include_usage only, got {options!r}")
-    done = Completion(
-        prompts=texts(body, "prompt", most),
-        max_tokens=integer(body, "max_tokens", 16, 1, CEILINGS["max_new_tokens"]) or 16,
-        temperature=number(body, "temperature", 1.0, 0.0, MAX_TEMPERATURE),
-        top_p=number(body, "top_p", 1.0, 0.0, 1.0, open_lo=True),
-        top_k=integer(body, "top_k", 0, 0) or 0,
+    prompts = texts(body, "prompt", most)
+    given = {name: body.get(field) for name, field in (("max_new_tokens", "max_tokens"), ("temperature", "temperature"),
+                                                       ("top_p", "top_p"), ("top_k", "top_k"), ("seed", "seed"))}
+    settings(**given)  # every door's check, in its words: types, finite, ranges, ceilings
+    seed = given["seed"]
+    return Completion(
+        prompts=prompts,
+        max_tokens=16 if given["max_new_tokens"] is None else int(given["max_new_tokens"]),
+        temperature=1.0 if given["temperature"] is None else float(given["temperature"]),
+        top_p=1.0 if given["top_p"] is None else float(given["top_p"]),
+        top_k=0 if given["top_k"] is None else int(given["top_k"]),
         stop=[s for s in stop if s],
-        seed=integer(body, "seed", None, -(2**63), 2**63 - 1),
+        seed=None if seed is None else int(seed),
         stream=flag(body, "stream"),
         include_usage=flag(options or {}, "include_usage"),
     )
-    settings(max_new_tokens=done.max_tokens, temperature=done.temperature, top_p=done.top_p, top_k=done.top_k,
-             seed=done.seed)  # what the types above let through: a temperature too small to sample with
-    return done
 
 
 def image_bytes(body: dict[str, Any], key: str, most: int) -> list[bytes]:
