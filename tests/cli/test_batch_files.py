@@ -79,9 +79,8 @@ def test_generate_num_beams_prints_the_searched_text_of_a_prompt_or_each_line(sm
                  "--max-new-tokens", "6", "--num-beams", "3"]) == 0
     assert [json.loads(line)["text"] for line in out.read_text().splitlines()] == [
         searched, p.generate("3", max_new_tokens=6, do_sample=False, num_beams=3)]
-    with pytest.raises(SystemExit):
-        main(["generate", "--run", run, "--prompt", "12", "--num-beams", "0"])
-    assert "--num-beams must be positive" in capsys.readouterr().err
+    assert main(["generate", "--run", run, "--prompt", "12", "--num-beams", "0"]) == 2  # aiayn.decoding.settings
+    assert "--num-beams must be an integer in [1, 64], got 0" in capsys.readouterr().err
 
 
 def test_embed_writes_npy_or_json_lines(small, tmp_path):

@@ -115,17 +115,18 @@ def _check_tokenizer(path: Path) -> None:
         raise ValueError(f"{path} is not a tokenizer that Hugging Face's tokenizers reads: {e}") from e
 
 
-def _check_out(out: Path, force: bool, source: Path | None = None) -> None:
+def _check_out(out: Path, force: bool, source: Path | None = None, outside: bool = False) -> None:
     """Refuse an ``out`` that a conversion or export would write over: a folder holding files (unless
     ``force``), a file, a dangling link, the ``source`` folder read from (or a folder holding it, which
-    ``force`` would delete), or a folder inside it."""
+    ``force`` would delete), or with ``outside`` (an export, which must not land in the run it reads) a folder
+    inside it."""
     if out.is_symlink() and not out.exists():
         raise ValueError(f"{out} is a link to {os.readlink(out)}, which does not exist; choose another folder")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} is a file, not a folder; choose another folder")
     if source is not None and source.resolve().is_relative_to(out.resolve()):
         raise ValueError(f"{out} holds {source}, which is read from; choose another folder")
-    if source is not None and out.resolve().is_relative_to(source.resolve()):
+    if outside and source is not None and out.resolve().is_relative_to(source.resolve()):
         raise ValueError(f"{out} is inside {source}, which is read from (the run would hold its own export); "
                          f"choose a folder outside it")
     if out.is_dir() and not force and (names := sorted(p.name for p in out.iterdir())):
@@ -219,7 +220,7 @@ def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force
                          f"they are")
     run, out = Path(run), Path(out)
     folder = run.parent if run.suffix == ".safetensors" else run
-    _check_out(out, force, source=folder)
+    _check_out(out, force, source=folder, outside=True)
     model = aiayn.load(run)
     if to == "ctranslate2":
         from aiayn.convert.ctranslate2 import check_convertible
