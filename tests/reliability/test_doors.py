@@ -6,7 +6,6 @@ The server is driven in-process (its ASGI app, lifespan and worker thread includ
 each field of each request from the values a hostile client would send: wrong types, booleans for numbers, NaN,
 infinities, subnormals, huge and negative numbers, empty and invalid Unicode strings."""
 
-import math
 import time
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 
 import aiayn
 from aiayn.decoding.settings import CEILINGS, MIN_TEMPERATURE, SettingError, check
+from aiayn.defaults import MAX_WAIT_MS
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
@@ -37,8 +37,7 @@ BAD = [  # (setting, value): each refused, naming the setting
 def test_each_bad_setting_is_refused_naming_it(name, value):
     with pytest.raises(SettingError) as e:
         check(do_sample=True, **{name: value})
-    assert (e.value.name == name and str(e.value).startswith(f"{name} must") and repr(value)[:3] in str(e.value)) \
-        or name in str(e.value)
+    assert e.value.name == name and str(e.value).startswith(f"{name} must") and "got" in str(e.value)
 
 
 def test_greedy_takes_temperature_zero_and_sampling_the_range():
@@ -139,20 +138,21 @@ def test_each_endpoint_refuses_text_that_is_not_unicode(runs):
 
 def test_translations_refuse_a_beam_past_the_ceiling_or_the_vocabulary(runs):
     with TestClient(make_app(aiayn.pipeline(runs["copy"], device="cpu")), base_url="http://127.0.0.1") as c:
-        vocab = c.app.state.server.pipe.model.cfg.tgt_vocab_size if hasattr(c.app.state, "server") else None
-        for beam in (CEILINGS["num_beams"] + 1, True, 2.0):
+        vocab = c.app.state.server.pipe.model.cfg.tgt_vocab_size
+        assert vocab < CEILINGS["num_beams"]  # the copy task's characters: a beam can be wider than them
+        for beam in (CEILINGS["num_beams"] + 1, True, 2.0, vocab + 1):
             r = answered(c, "/v1/translations", {"input": "a b", "beam": beam})
-            assert r.status_code == 400 and r.json()["error"]["param"] == "beam"
-        if vocab is not None and vocab < CEILINGS["num_beams"]:
-            r = answered(c, "/v1/translations", {"input": "a b", "beam": vocab + 1})
-            assert r.status_code == 400 and "vocabulary" in r.text
+            assert r.status_code == 400 and r.json()["error"]["param"] == "beam", r.text
+        assert "vocabulary" in r.text
+        assert answered(c, "/v1/translations", {"input": "a b", "beam": vocab}).status_code == 200
 
 
 @pytest.mark.parametrize("wait", [float("nan"), float("inf"), -1.0, 1e12])
 def test_server_settings_refuse_waits_that_never_end(wait):
     with pytest.raises(ValueError, match="max_wait_ms"):
         Settings(max_wait_ms=wait)
-    assert not math.isfinite(wait) or wait < 0 or wait > 1e4
+    Settings(max_wait_ms=0.0)  # the range's ends are taken
+    Settings(max_wait_ms=MAX_WAIT_MS)
 
 
 def test_a_good_completion_is_answered_beside_the_bad_ones(client):

@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
             from aiayn.recipes.evaluate import evaluate
 
             if args.beam is not None:
-                _positive(parser, args, "beam")
+                from aiayn.decoding.settings import check
+
+                check(num_beams=args.beam)  # the same words as translate's --beam
             options = {**{k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
                                                         "weights")}, **_run_on(args)}
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})

@@ -212,15 +212,10 @@ def sampling_options(do_sample: bool, temperature: float, top_k: int | None, top
     """``transformers``' sampling arguments as the samplers here take them (:func:`aiayn.decoding.sampling.pick`):
     ``temperature`` 0 for greedy decoding, ``None`` for a top-k or top-p that keeps every token.
 
-    Raises:
-        ValueError: a temperature that is not positive, or a ``top_p`` outside ``(0, 1]``, when sampling.
+    The values were checked by :func:`aiayn.decoding.settings.check` (every caller does it first).
     """
     if not do_sample:
         return {"temperature": 0.0, "top_k": None, "top_p": None}
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature} (do_sample=False is greedy)")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1] when sampling, got {top_p}")
     return {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None}
 
 
