@@ -6,9 +6,9 @@
     min-chunk   inductor's ``cpp.min_chunk_size``: its default (off: a kernel of more than 512 elements wakes
                 every thread, what aiayn compiles with) or 65,536 (on: small kernels run on one thread)
     width       the columns a step attends over: the whole static buffer (off) or those written so far, rounded
-                up to 16 (on, a dynamic size of the one compiled step), switched by ``aiayn.decoding.static.BUCKET``
+                up to 16 (on, a dynamic size of the one compiled step), switched by ``aiayn.layers.session.BUCKET``
     beam-table  beam search's reordering: the buffers' rows copied every step (off) or a table of rows moved,
-                which the step reads the buffers through (on), switched by ``aiayn.decoding.static.BEAM_TABLE``
+                which the step reads the buffers through (on), switched by ``aiayn.layers.session.BEAM_TABLE``
     rank        beam search's ranking after the model (top-k of the candidates, the finished set, the stopping
                 test): eager (off) or through ``torch.compile`` (on), switched by ``aiayn.decoding.beam.COMPILE_RANK``
 
@@ -40,14 +40,16 @@ import torch._inductor.config as inductor_config
 from torch import Tensor
 
 import aiayn.decoding.beam as beam
-import aiayn.decoding.static as static
 import aiayn.layers.functional as functional
+import aiayn.layers.session as static
 from aiayn.benchmark.cases import generation
 from aiayn.benchmark.cases.decoding import decode, translation
 from aiayn.benchmark.harness import machine
 from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.decoding import sample
 from aiayn.models.gpt import PRESETS
+from aiayn.models.gpt.session import gpt_step
+from aiayn.models.transformer.session import seq2seq_step
 
 RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 CASES = ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b1", "llama-tiny-b16", "gpt2-b1",
@@ -71,14 +73,15 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
 
 NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk"),  # (off, on) in the results
          "width": ("buffer", "filled"), "beam-table": ("copied", "table"), "rank": ("eager", "compiled")}
-STEPS = (static._gpt_step, static._seq2seq_step)
+STEPS = (gpt_step, seq2seq_step)
 DEFAULT_MIN_CHUNK = inductor_config.cpp.min_chunk_size  # inductor's own (512)
 MIN_CHUNK = 1 << 16  # the alternative: a decode step's elementwise kernels (a layer norm of B x C) on one thread
 
 
 def chunked(size: int) -> dict[tuple[str, str], Any]:
-    """Each compiled step as :func:`aiayn.decoding.static.compiled_step` makes it on a CPU, but with ``size``."""
-    return {(f.__name__, "cpu"): torch.compile(f, dynamic=False, options={"cpp.min_chunk_size": size})
+    """Each compiled step as :func:`aiayn.layers.session.compiled_step` makes it on a CPU, but with ``size``."""
+    return {(f.__module__, f.__qualname__, "cpu"): torch.compile(f, dynamic=False,
+                                                                 options={"cpp.min_chunk_size": size})
             for f in STEPS}
 
 

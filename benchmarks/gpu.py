@@ -10,7 +10,7 @@ rewritten after each figure so that a command cut off keeps what it measured bef
 **Decoding** is bound by memory: each new token at batch 1 reads every weight once, so tokens/s times the weight
 bytes read per token, over the bandwidth a device-to-device copy reaches, is the share of that bound the decoding
 reaches (``share_of_bound``). ``compile=True`` is aiayn's static cache with the step compiled
-(:mod:`aiayn.decoding.static`; CUDA graphs on a GPU); its first full-length generation (a graph recorded per width
+(:mod:`aiayn.layers.session`; CUDA graphs on a GPU); its first full-length generation (a graph recorded per width
 of the columns attended) is run before timing, and ``cudagraph_skips`` counts the graphs inductor declined to
 record (``TORCH_LOGS=perf_hints`` says why). The peer is ``GPT2LMHeadModel.generate`` on the same weights with its
 static cache and compiled forward, also warmed.

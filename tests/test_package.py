@@ -37,10 +37,11 @@ def test_the_command_line_and_the_top_level_import_leave_torch_unloaded(code):
 
 def test_lazy_names_are_the_real_functions_and_unknown_names_fail_clearly():
     from aiayn.models import build
-    from aiayn.training.checkpoint import load
+    from aiayn.models.checkpoint import load
+    from aiayn.training.checkpoint import load as old_home
 
     assert aiayn.build is build
-    assert aiayn.load is load
+    assert aiayn.load is load is old_home  # aiayn.training.checkpoint is an alias of aiayn.models.checkpoint
     assert set(aiayn.__all__) <= set(dir(aiayn))
     with pytest.raises(AttributeError, match="no attribute 'buld'"):
         aiayn.__getattr__("buld")

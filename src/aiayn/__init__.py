@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from aiayn.version import __version__
 
 # public name -> the module that defines it
 _LAZY = {
@@ -26,18 +26,20 @@ _LAZY = {
     "preset": "aiayn.models",
     "presets": "aiayn.models",
     "count_parameters": "aiayn.analysis",
-    "save": "aiayn.training.checkpoint",
-    "load": "aiayn.training.checkpoint",
+    "save": "aiayn.models.checkpoint",
+    "load": "aiayn.models.checkpoint",
     "pipeline": "aiayn.pipelines",
     "Pipeline": "aiayn.pipelines",
     "tokenizer": "aiayn.pipelines",
+    "GenerationConfig": "aiayn.decoding.config",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from aiayn.analysis import count_parameters
+    from aiayn.decoding.config import GenerationConfig
     from aiayn.models import build, preset, presets
+    from aiayn.models.checkpoint import load, save
     from aiayn.pipelines import Pipeline, pipeline, tokenizer
-    from aiayn.training.checkpoint import load, save
 
 
 def __getattr__(name: str) -> Any:
@@ -82,5 +84,5 @@ def embed(folder_or_run: Any, texts: list[str]) -> Any:
     return run(folder_or_run, texts)
 
 
-__all__ = ["Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load", "pipeline", "preset",
-           "presets", "save", "to_hf", "tokenizer"]
+__all__ = ["GenerationConfig", "Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load",
+           "pipeline", "preset", "presets", "save", "to_hf", "tokenizer"]

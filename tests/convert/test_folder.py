@@ -8,6 +8,7 @@ import pytest
 
 import aiayn
 from aiayn.convert.folder import convert, export
+from aiayn.models import checkpoint
 from aiayn.models.gpt import GPT, GPTConfig
 
 transformers = pytest.importorskip("transformers")
@@ -147,7 +148,7 @@ def test_a_failure_in_writing_removes_the_temporary_folder(hf_folder, tmp_path, 
         (path / "model.safetensors").write_bytes(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(aiayn, "save", broken_save)
+    monkeypatch.setattr(checkpoint, "save", broken_save)  # what convert writes the weights with
     with pytest.raises(OSError, match="disk full"):
         convert(hf_folder, tmp_path / "out")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path / "out") == []

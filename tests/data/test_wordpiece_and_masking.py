@@ -26,7 +26,7 @@ def test_wordpiece_from_a_vocab_txt(tmp_path):
 
 
 def test_a_cased_vocab_txt_keeps_case_and_odd_characters_keep_the_ids_after_them(tmp_path):
-    from aiayn.pipelines.embed import bert_tokenizer
+    from aiayn.data.wordpiece import bert_tokenizer
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "The", "dog", "Dog", "a\x85b", "."]
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")

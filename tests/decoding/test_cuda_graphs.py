@@ -17,8 +17,7 @@ from torch._inductor import output_code
 from torch._inductor.cudagraph_utils import check_for_mutation_ignore_cuda_graph_managed_tensor
 
 import aiayn
-from aiayn.decoding import static as static_module
-from aiayn.decoding.static import StaticGPT, StaticSlots
+from aiayn.layers import kv_cache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,10 +62,10 @@ def translate(**options):
 
 
 def slots():
-    session = StaticSlots(gpt(), slots=3, length=16, compile=True)
+    session = gpt().slots(3, 16, compile=True)
     with torch.no_grad():
-        session.join([1], [[5, 9, 12]])
-        session.step(torch.zeros(3, dtype=torch.long))
+        taken, _ = session.join([[5, 9, 12]], [4])
+        session.step(taken, [0])
 
 
 CASES = {  # each compiles a step of its own (10-30 s on a CPU): the first three in CI, all with -m slow
@@ -92,27 +91,26 @@ def test_a_compiled_step_mutates_only_static_inputs(graphs, case):
 
 
 def test_a_second_generation_of_a_shape_writes_the_same_buffers():
-    """The pool (``static.buffers``): the same addresses for the next session of the same shapes (so a recorded
+    """The pool (``kv_cache.buffers``): the same addresses for the next session of the same shapes (so a recorded
     graph replays), other memory for a session alive beside it, and the buffers zeroed when handed out again."""
     net = gpt()
-    real = torch.ones(2, 10, dtype=torch.bool)
 
     def addresses(session):
         return [t.data_ptr() for layer in session.layers for t in (layer.self_attn.k, layer.self_attn.v)]
 
     with torch.no_grad():
-        first = StaticGPT(net, real)
-        first.prefill(PROMPTS, None)
+        first = net.session(static=True)
+        first.prefill(PROMPTS, new_tokens=4)  # 10 columns
         seen = addresses(first)
         first.layers[0].self_attn.v.fill_(float("nan"))  # a row the next session must not read
-        beside = StaticGPT(net, real)
-        beside.prefill(PROMPTS, None)
+        beside = net.session(static=True)
+        beside.prefill(PROMPTS, new_tokens=4)
         assert not set(addresses(beside)) & set(seen)  # alive together: apart
         del first
-        again = StaticGPT(net, real)
-        again.prefill(PROMPTS[:, :3], None)
+        again = net.session(static=True)
+        again.prefill(PROMPTS[:, :3], new_tokens=7)  # 10 columns again
         assert addresses(again) == seen
         assert again.layers[0].self_attn.v[:, :, 3:].eq(0).all()  # nothing of the last session left
         assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded"
                    for layer in again.layers for t in (layer.self_attn.k, layer.self_attn.v))
-    static_module._kept.clear()
+    kv_cache._kept.clear()

@@ -1,4 +1,4 @@
-"""On a CUDA GPU, the compiled decoding (:mod:`aiayn.decoding.static`): the eager tokens, replayed as CUDA graphs
+"""On a CUDA GPU, the compiled decoding (a family's static session): the eager tokens, replayed as CUDA graphs
 (none skipped), a second generation of a shape compiled and recorded no more; a bfloat16 pipeline, eager and
 compiled; a server's slots warmed and stepped on one worker thread.
 
@@ -16,7 +16,6 @@ import torch
 from torch._dynamo.utils import counters
 
 import aiayn
-from aiayn.decoding.static import StaticSlots
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 PROMPTS = torch.tensor([[5, 9, 12, 7, 3, 4], [0, 0, 0, 8, 4, 1]])
@@ -105,15 +104,12 @@ def test_a_servers_slots_warmed_and_stepped_on_one_worker_thread():
     def worker(compile):
         try:
             with torch.inference_mode():
-                slots = StaticSlots(net, slots=4, length=32, compile=compile)
-                slots.step(torch.zeros(4, dtype=torch.long, device="cuda"))  # the warm-up, as Worker.prepare
-                for s in range(4):
-                    slots.free(s)
-                token = slots.join([0, 2], [[5, 9, 12], [7, 3, 4, 4, 8]]).argmax(-1)
-                tokens, got = torch.zeros(4, dtype=torch.long, device="cuda"), []
+                slots = net.slots(4, 32, static=True, compile=compile)
+                slots.warm()  # as Worker.prepare
+                taken, logits = slots.join([[5, 9, 12], [7, 3, 4, 4, 8]], [11, 11])
+                token, got = logits.argmax(-1), []
                 for _ in range(10):
-                    tokens[[0, 2]] = token
-                    token = slots.step(tokens)[[0, 2]].argmax(-1)
+                    token = slots.step(taken, token.tolist()).argmax(-1)
                     got.append(token)
                 runs.append(torch.stack(got).cpu())
         except Exception as e:  # reported on the test's thread

@@ -20,7 +20,7 @@ from aiayn.decoding.sampling import sample_seq2seq
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.py
 
-steps_module = importlib.import_module("aiayn.decoding.greedy")  # (the package's `greedy` is the function)
+steps_module = importlib.import_module("aiayn.decoding.loops")
 K = steps_module.CHECK_EVERY
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
 

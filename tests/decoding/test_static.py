@@ -1,14 +1,15 @@
-"""Decoding over a static cache (:mod:`aiayn.decoding.static`): each step's logits equal the growing cache's
-(a GPT's and an encoder-decoder's, rows reordered as beam search reorders them), and ``generate(...,
-compile=True)`` gives the eager tokens (greedy, beams, seeded sampling), compiling the step once for every
-generation of that shape."""
+"""Decoding over a static cache (a family's static session, :class:`aiayn.layers.session.StaticSession`): each
+step's logits equal the growing cache's (a GPT's and an encoder-decoder's, rows reordered as beam search reorders
+them), and ``generate(..., compile=True)`` gives the eager tokens (greedy, beams, seeded sampling), compiling the
+step once for every generation of that shape."""
 
 import pytest
 import torch
 
 import aiayn
-from aiayn.decoding import static as static_module
-from aiayn.decoding.static import StaticGPT, StaticSeq2Seq
+from aiayn.layers import session as session_module
+from aiayn.models.gpt import session as gpt_sessions
+from aiayn.models.transformer import session as seq2seq_sessions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,7 +27,7 @@ def model(preset):
 # BUCKET 4: the steps attend over 8, 12 and then all 13 columns of the buffers (the ring: always its 4); None: all
 @pytest.fixture(params=[4, None], ids=["filled-columns", "whole-buffer"])
 def bucket(request, monkeypatch):
-    monkeypatch.setattr(static_module, "BUCKET", request.param)
+    monkeypatch.setattr(session_module, "BUCKET", request.param)
     return request.param
 
 
@@ -35,19 +36,19 @@ def bucket(request, monkeypatch):
 def test_each_step_over_the_static_cache_equals_the_growing_cache(preset):  # kv heads; a window of 4 as a ring
     gpt, new = model(preset), 7
     real = torch.cat([MASK.bool(), torch.ones(3, new, dtype=torch.bool)], dim=1)  # (B, P + new)
-    static = StaticGPT(gpt, real)
+    static = gpt.session(static=True)
     cache = gpt.new_cache(real.size(1))
     ids = PROMPTS
     with torch.no_grad():
         want = gpt(ids, attention_mask=MASK, cache=cache)[:, -1]
-        got = static.prefill(ids, MASK)
+        got = static.prefill(ids, MASK, new_tokens=new)
         for _ in range(new):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             token = want.argmax(-1)  # (B,)
             end = ids.size(1)
             ids = torch.cat([ids, token[:, None]], dim=1)
             want = gpt(token[:, None], attention_mask=real[:, : end + 1], cache=cache)[:, -1]
-            got = static.step(token, end)
+            got = static.step(token)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -74,22 +75,24 @@ def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset
     length = 9
     with torch.no_grad():
         memory = net.encode(src)
-        static, cache = StaticSeq2Seq(net, memory, src, length, beams=beams), net.new_cache(length)
+        static, cache = net.session(static=True, beams=beams), net.new_cache(length)
+        got = static.prefill(sources(net), new_tokens=length, repeat=2)  # encoded once, each row twice
         token = torch.full((6,), net.cfg.bos_id)
         for t in range(6):
             want = net.decode(token[:, None], memory, src, cache=cache)[:, -1]
-            torch.testing.assert_close(static.step(token, t), want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             token = want.argmax(-1)
             if t == 2:  # beams swap within their sentence: the self-attention rows move, the sources stay
                 rows = torch.tensor([1, 1, 2, 3, 5, 4])
-                static.reorder(rows, fewer=False)
+                static.reorder(rows)
                 cache.reorder(rows, cross=False)
                 token = token[rows]
             if t == 4:  # sentence 1 finished: its beams leave, the others move to the front
                 rows = torch.tensor([0, 1, 4, 5])
-                static.reorder(rows)
+                static.keep(rows)
                 cache.reorder(rows)
                 memory, src, token = memory[rows], src[rows], token[rows]
+            got = static.step(token)
     assert static.rows == 4
     if beams:  # the beams moved in the table (rows 1 1 2 3 5 4 at step 2, then 0 1 4 5), the buffers stayed
         assert static.read_from is not None
@@ -118,10 +121,11 @@ def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
 def test_a_compiled_step_attends_over_the_filled_columns_and_compiles_once_for_every_width(monkeypatch):
     from torch._dynamo.utils import counters
 
-    monkeypatch.setattr(static_module, "BUCKET", 4)
+    monkeypatch.setattr(session_module, "BUCKET", 4)
     widths = []
-    narrow = static_module._narrow
-    monkeypatch.setattr(static_module, "_narrow", lambda t, width, dim=0: widths.append(width) or narrow(t, width, dim))
+    narrow = session_module.narrow
+    for module in (gpt_sessions, seq2seq_sessions):  # where the families' sessions narrow their columns
+        monkeypatch.setattr(module, "narrow", lambda t, width, dim=0: widths.append(width) or narrow(t, width, dim))
     torch._dynamo.reset()
     counters.clear()
     gpt = model("llama-tiny")
@@ -200,12 +204,11 @@ def test_compiled_int8_decoding_gives_the_eager_int8_tokens_in_one_graph_a_shape
 
 
 def test_compiled_int8_slots_step_as_the_eager_int8_slots():
-    """A server's slots (:class:`StaticSlots`) over an int8 model: the compiled step's tokens are the eager step's
-    (in int8 a row's product depends on the rows beside it, its outlier channels taken apart for all of them, so
-    slots are compared with slots, not with a row decoding alone)."""
+    """A server's static slots (:class:`aiayn.models.gpt.session.SlotSession`) over an int8 model: the compiled
+    step's tokens are the eager step's (in int8 a row's product depends on the rows beside it, its outlier channels
+    taken apart for all of them, so slots are compared with slots, not with a row decoding alone)."""
     from torch._dynamo.utils import counters
 
-    from aiayn.decoding.static import StaticSlots
     from aiayn.layers.int8 import quantize
 
     gpt = quantize(model("gpt-tiny"))
@@ -213,13 +216,12 @@ def test_compiled_int8_slots_step_as_the_eager_int8_slots():
     counters.clear()
     with torch.no_grad():
         for flag in (False, True):
-            slots = StaticSlots(gpt, slots=4, length=24, compile=flag)
-            token = slots.join([0, 2], [[5, 9, 12], [7, 3, 4, 4, 8]]).argmax(-1)  # two rows in slots 0 and 2
-            tokens = torch.zeros(4, dtype=torch.long)
+            slots = gpt.slots(4, 24, static=True, compile=flag)
+            taken, logits = slots.join([[5, 9, 12], [7, 3, 4, 4, 8]], [9, 9])  # two rows
+            token = logits.argmax(-1)
             got = []
             for _ in range(8):
-                tokens[[0, 2]] = token
-                token = slots.step(tokens)[[0, 2]].argmax(-1)
+                token = slots.step(taken, token.tolist()).argmax(-1)
                 got.append(token)
             runs.append(torch.stack(got))
     assert torch.equal(*runs) and not counters["graph_break"], dict(counters["graph_break"])
@@ -244,14 +246,14 @@ def test_beam_searchs_ranking_compiled_gives_the_same_hypotheses_as_sentences_le
     monkeypatch.setattr(beam, "COMPILE_RANK", True)
     beam._compiled_rank.cache_clear()  # compiled anew after the reset
     left = []
-    reorder = static_module.Static.reorder
+    move = session_module.StaticSession._move
 
-    def spy(self, index, fewer=True):
+    def spy(self, index, fewer):
         if fewer:
             left.append(index.numel())
-        reorder(self, index, fewer)
+        move(self, index, fewer)
 
-    monkeypatch.setattr(static_module.Static, "reorder", spy)
+    monkeypatch.setattr(session_module.StaticSession, "_move", spy)
     ranked = beam.beam_search(net, src, beam=3, max_len=12, return_scores=True, num_return_sequences=2,
                               compile=True)
     assert torch.equal(ranked[0], eager[0])  # the same hypotheses; their scores as the compiled step rounds them

@@ -12,7 +12,7 @@ import aiayn
 from aiayn.decoding import sample
 from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Job, MicroBatcher, Waiting
-from aiayn.serve.generation import Batch, Row, SlotBatch
+from aiayn.serve.generation import Batch, Row
 from aiayn.serve.metrics import Metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -52,7 +52,7 @@ def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs, 
     cancelled = row(tok.encode("abandoned"), 40, tok=tok)
     joins = {0: [0, 1], 2: [2], 5: [3, 4, 6], 6: [5]}  # 6 joins with a budget of 1: done at its prefill
     ends = {tok.eos_id}
-    batch = SlotBatch(model, ends, Metrics(), slots=8) if compiled else Batch(model, ends, Metrics())
+    batch = Batch(model, ends, Metrics(), slots=8, compile=compiled)
     sizes = []
     with torch.inference_mode():
         for step in range(80):
@@ -62,19 +62,18 @@ def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs, 
                 cancelled.cancelled = True  # its client went away: it leaves at the next boundary
             batch.update([rows[i] for i in joins.get(step, [])])
             sizes.append(len(batch.rows))
-            if not compiled:
-                assert batch.real.shape[0] == len(batch.rows)
             if batch.rows:
-                if not compiled:
-                    assert batch.real[:, 0].any() and batch.cache.length == batch.real.size(1)  # no unused column
                 batch.step()
+                if not compiled:  # the packed cache: a row each, no column unused by every row
+                    packed = batch.session
+                    assert packed.real.shape[0] == len(batch.rows) == packed.cache[0].self_attn.k.size(0)
+                    assert packed.real[:, 0].any() and packed.cache.length == packed.real.size(1)
     assert not batch.rows and max(sizes) >= 4
     for r, want in zip(rows, alone):
         assert r.text.ids == [t for t in want if t != tok.eos_id]
         assert r.finish == ("stop" if tok.eos_id in want else "length")
     assert cancelled.finish is None and cancelled.steps < 10
-    if compiled:  # every slot free again, each row's once
-        assert sorted(batch.free) == list(range(8)) and not batch.slot
+    assert sorted(batch.session.free) == list(range(8)) and not batch.slot  # every slot free again, each once
 
 
 def test_a_row_joins_only_when_the_packed_cache_fits_the_positions(runs):
@@ -82,7 +81,7 @@ def test_a_row_joins_only_when_the_packed_cache_fits_the_positions(runs):
     model, n = p.model, p.model.cfg.max_len
     long = row([5] * 10, n - 10)
     wide = row([6] * 100, n - 100)
-    batch = Batch(model, set(), Metrics())  # no end token: the rows run their whole budgets
+    batch = Batch(model, set(), Metrics(), slots=4)  # no end token: the rows run their whole budgets
     with torch.inference_mode():
         batch.update([long])
         assert not batch.admits([], wide)  # 100 columns + the long row's ~245 steps left > max_len
@@ -143,17 +142,17 @@ def test_micro_batcher_groups_by_key_and_fails_only_the_bad_request():
 def test_the_thread_that_compiles_the_step_is_the_thread_that_steps_it(monkeypatch):
     """``serve --compile``: CUDA graph trees keep their state per thread, so the step is warmed (compiled, and
     recorded on a GPU) on the worker thread that then steps it, before the worker takes a request."""
-    from aiayn.decoding import static as static_module
+    from aiayn.models.gpt import session as gpt_sessions
     from aiayn.serve.generation import ContinuousBatcher
 
     threads = []
-    compiled_step = static_module.compiled_step
+    compiled_step = gpt_sessions.compiled_step
 
-    def recorded(device, step=static_module._gpt_step):
+    def recorded(device, step):
         run = compiled_step(device, step)
         return lambda *args: threads.append(threading.get_ident()) or run(*args)
 
-    monkeypatch.setattr(static_module, "compiled_step", recorded)
+    monkeypatch.setattr(gpt_sessions, "compiled_step", recorded)
     torch.manual_seed(0)
     model = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=64, max_len=32)).eval()
     worker = ContinuousBatcher(model, set(), max_batch=2, max_wait=0.0, max_queue=4, metrics=Metrics(),

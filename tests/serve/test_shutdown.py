@@ -20,7 +20,7 @@ import sys, time
 from aiayn.serve import generation as g
 step, init = g.Batch.step, g.Batch.__init__
 g.Batch.step = lambda self: (time.sleep(0.01), step(self))[1]
-g.Batch.__init__ = lambda self, model, ends, metrics: init(self, model, set(), metrics)
+g.Batch.__init__ = lambda self, model, ends, metrics, *a, **k: init(self, model, set(), metrics, *a, **k)
 from aiayn.cli.serve import main
 sys.exit(main())
 """

@@ -22,7 +22,7 @@ import torch
 import aiayn
 from torch.distributed.tensor import DTensor
 from aiayn.training import adamw_cosine, distributed
-from aiayn.training.checkpoint import unique_tensors
+from aiayn.models.checkpoint import unique_tensors
 
 distributed.init(fsdp=True)
 torch.manual_seed(distributed.rank())  # each rank its own weights: sharding starts from rank 0's

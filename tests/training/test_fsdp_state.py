@@ -39,7 +39,7 @@ from safetensors.torch import save_file
 
 import aiayn
 from aiayn.training import adamw_cosine, distributed
-from aiayn.training.checkpoint import unique_tensors
+from aiayn.models.checkpoint import unique_tensors
 from aiayn.training.session import Session
 
 
@@ -205,7 +205,7 @@ import torch
 import aiayn
 from torch.distributed.tensor import DTensor
 from aiayn.training import distributed
-from aiayn.training.checkpoint import unique_tensors
+from aiayn.models.checkpoint import unique_tensors
 
 distributed.init(fsdp=True)
 cfg = dict(vocab_size=64, max_len=32, d_model=32, n_heads=2, n_layers=2, d_ff=64, positional="rope")

@@ -28,14 +28,14 @@ from torch.overrides import TorchFunctionMode
 from aiayn.layers import Embedding, FeedForward, MultiHeadAttention
 from aiayn.layers.positional import LearnedPositionalEmbedding
 from aiayn.layers.vision import PatchEmbedding, PatchMerging, RelativePositionBias
-from aiayn.models.detr.backbone import ResNet
-
-PARTS = ("embeddings", "attention", "feed-forward", "norms", "backbone", "output")
+from aiayn.models.formulas import PARAMETER_PARTS as PARTS
+from aiayn.models.registry import FAMILIES
 
 # Which part a module's parameters belong to; the first match along the path from the model down wins,
-# except that a LayerNorm or RMSNorm is always "norms".
+# except that a LayerNorm or RMSNorm is always "norms". A family's own backbone (DETR's ResNet) is named by its
+# record (Family.backbones), not here.
 _OWNERS: tuple[tuple[type | tuple[type, ...], str], ...] = (
-    (ResNet, "backbone"),
+    (tuple(backbone for family in FAMILIES.values() for backbone in family.backbones), "backbone"),
     ((MultiHeadAttention, RelativePositionBias), "attention"),
     (FeedForward, "feed-forward"),
     ((Embedding, nn.Embedding, LearnedPositionalEmbedding, PatchEmbedding, PatchMerging, nn.Conv2d), "embeddings"),
@@ -98,8 +98,8 @@ def build_on_meta(model_or_cfg: Any) -> nn.Module:
 
 
 def parameter_table(model_or_cfg: Any) -> dict[str, int]:
-    """Parameters per part (:data:`PARTS`, in that order) of a model, or of a config or preset name counted on
-    the meta device, plus ``total``. Parts sum to the total."""
+    """Parameters per part (:data:`~aiayn.models.formulas.PARAMETER_PARTS`, in that order) of a model, or of a
+    config or preset name counted on the meta device, plus ``total``. Parts sum to the total."""
     model = build_on_meta(model_or_cfg)
     counts = dict.fromkeys(PARTS, 0)
     for name, p in model.named_parameters():  # each parameter once, under its first name

@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-import aiayn
 from aiayn.benchmark.cases.common import small_transformer
 from aiayn.benchmark.harness import Settings, count_flops, peak_memory, timed
 from aiayn.layers import MultiHeadAttention
+from aiayn.models import build
 from aiayn.training.losses import label_smoothed_loss
 
 WHAT = ("time and peak memory as sizes grow: one attention layer (forward + backward), full vs 1-D windows, "
@@ -80,7 +80,7 @@ def transformer_sweep(settings: Settings) -> dict[str, Any]:
     quick, device = settings.quick, settings.device
     cfg = small_transformer(quick)
     torch.manual_seed(0)
-    model = aiayn.build(cfg).to(device).train()
+    model = build(cfg).to(device).train()
     base_batch, base_length = (2, 8) if quick else (8, 32)
     grid = ([("batch", b, base_length) for b in ((2, 4) if quick else (8, 16, 32, 64, 128))]
             + [("length", base_batch, t) for t in ((8, 16) if quick else (32, 64, 128, 256, 512))])

@@ -10,9 +10,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
-from aiayn import __version__
+from aiayn.cli.flags import COMPILE_HELP, DEVICE_HELP, DTYPE_HELP, FORCE_HELP, INT8_HELP
 from aiayn.defaults import DTYPES
 from aiayn.defaults import TEXT_GENERATION as LM
+from aiayn.version import __version__
 from aiayn.viz.files import WHATS
 
 
@@ -37,15 +38,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:  # one line of help, status 2, no traceback
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-DEVICE_HELP = "where the model runs: auto (default: a GPU when there is one, else the CPU), cpu, cuda, cuda:N or mps"
-FORCE_HELP = "replace OUT when it already holds files (refused otherwise; the old folder goes once the new is in)"
-INT8_HELP = "int8 weights on the CPU (every Linear and token table; faster, a quarter of the memory)"
-DTYPE_HELP = ("the weights' dtype (default: as saved, float32); half precision runs flash attention on a GPU and "
-              "pays on a CPU only where it has bfloat16 units")
-COMPILE_HELP = ("decode over a static cache with a torch.compile'd step: the same text; the first call of a batch "
-                "shape waits for the compiler (pays on small models and long outputs: docs/benchmarks.md)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -648,12 +640,12 @@ def _count_folder(folder: str, seq_len: int | None, image_size: int | tuple[int,
     if (Path(folder) / "config.json").is_file():
         import torch
 
-        import aiayn
+        from aiayn.convert import from_hf
 
         with torch.device("meta"):
-            cfg = aiayn.from_hf(folder).cfg
+            cfg = from_hf(folder).cfg
     else:
-        from aiayn.training.checkpoint import saved_config
+        from aiayn.models.checkpoint import saved_config
 
         cfg = saved_config(folder)
     image = family_of(cfg).inputs == "image"
@@ -674,7 +666,7 @@ def _count_folder(folder: str, seq_len: int | None, image_size: int | tuple[int,
 
 def _is_textclass(run: str) -> bool:
     """Whether ``run`` is a textclass run (a BERT or GPT with ``classes.json``), whose ``classify`` reads texts."""
-    from aiayn.training.checkpoint import saved_config
+    from aiayn.models.checkpoint import saved_config
 
     folder = Path(run)
     if not (folder / "classes.json").is_file():

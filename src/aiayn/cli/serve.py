@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiayn.cli import DEVICE_HELP, DTYPE_HELP, INT8_HELP
+from aiayn.cli.flags import DEVICE_HELP, DTYPE_HELP, INT8_HELP
 from aiayn.defaults import DTYPES, MAX_WAIT_MS, SERVING
 
 MISSING = "aiayn serve needs Starlette and uvicorn: pip install 'aiayn[serve]'"
@@ -66,13 +66,13 @@ def run(args: argparse.Namespace) -> int:
         from aiayn.serve import Settings, make_app
     except ImportError:
         return _refuse(MISSING)
-    import aiayn
+    from aiayn.pipelines import pipeline
     from aiayn.serve.memory import fix_mmap_threshold
 
     fix_mmap_threshold()  # before the model's tensors: resident memory stays flat under load
 
-    pipe = aiayn.pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
-                          compile=args.compile, dtype=args.dtype)
+    pipe = pipeline(args.source, device=args.device, quantize="int8" if args.int8 else None,
+                    compile=args.compile, dtype=args.dtype)
     try:
         settings = Settings(name=args.name or _name(args.source), max_batch=args.max_batch,
                             max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, max_inputs=args.max_inputs,

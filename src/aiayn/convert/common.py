@@ -1,5 +1,6 @@
 """What every conversion shares: reading a Hugging Face model or folder, taking keys with checks,
-and loading the result with every key accounted for.
+and loading the result with every key accounted for (:func:`load_converted`, kept with the key tables'
+helpers in :mod:`aiayn.models.keys`, which the families' ``hf.py`` import; named here too).
 
 A conversion is a pure mapping from the source state dict to ours with an explicit key table. It
 refuses missing, unexpected and misshapen keys, and names them; shapes are compared on a model built on the
@@ -12,19 +13,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
-from itertools import zip_longest
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from aiayn.convert.keys import Source
 from aiayn.io import read_json
-
-ModuleT = TypeVar("ModuleT", bound=nn.Module)
-
+from aiayn.models.keys import load_converted
 
 # what a model folder needs from the hub: its config, weights (one file or shards + index) and tokenizer files
 HUB_FILES = ["*.json", "*.safetensors", "*.spm", "*.model", "*.txt"]
@@ -184,69 +181,5 @@ def read_hf(source: Any, revision: str | None = None) -> tuple[HFConfig, dict[st
     raise TypeError(f"from_hf takes a transformers model, a folder path or a model id, got {type(source).__name__}")
 
 
-def load_converted(build: Callable[[Any], ModuleT], cfg: Any, weights: dict[str, Tensor], src: Source,
-                   hf: Mapping[str, Any]) -> ModuleT:
-    """``build(cfg)`` with ``weights`` (our key names) loaded; every key of the model must be given, no more.
-
-    The model is built first on the meta device, which allocates nothing, and its shapes compared with the
-    weights': a config whose sizes disagree with the weight file (``vocab_size`` 10M beside a 100-row table) is
-    refused before a model of its size is allocated.
-
-    Args:
-        build: the model class; cfg: its config, made from ``hf``.
-        weights: our keys -> tensors, taken from ``src``.
-        src: the source weights (for their name and the keys a misshapen weight came from).
-        hf: the Hugging Face config (for the fields behind a wanted size).
-
-    Raises:
-        ValueError: naming the missing, unexpected and misshapen keys; for a misshapen one, the source key it
-            was taken from and the config fields whose value is the size it wanted.
-    """
-    with torch.device("meta"):
-        expected = {k: v.shape for k, v in build(cfg).state_dict().items()}
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    wrong = [k for k, shape in expected.items() if k in weights and weights[k].shape != shape]
-    if missing or unexpected or wrong:
-        shapes = [f"{k}: {tuple(weights[k].shape)}, wanted {tuple(expected[k])}" for k in wrong[:5]]
-        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""  # a wrong width misshapes every layer
-        raise ValueError(f"converting {src.name}: missing {missing}, unexpected {unexpected}, misshapen {shapes}"
-                         f"{more}{_misshapen_why(wrong, weights, expected, src, hf)}")
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:  # every output would be NaN (a blank attention page, a failure deep inside generate)
-        raise ValueError(f"converting {src.name}: NaN or infinite weights in {', '.join(bad[:3])}"
-                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}; nothing was loaded")
-    model = build(cfg)
-    dtypes = {k: v.dtype for k, v in model.state_dict().items()}
-    model.load_state_dict({k: v.to(dtypes[k]) for k, v in weights.items()})
-    return model.eval()
-
-
-def _misshapen_why(wrong: list[str], weights: dict[str, Tensor], expected: dict[str, torch.Size], src: Source,
-                   hf: Mapping[str, Any]) -> str:
-    """Where the first misshapen weight came from (the source key whose tensor it is, or is the transpose of),
-    and which config fields hold the sizes the misshapen weights wanted: ``"; their transformer.wte.weight is
-    (100, 32) where FOLDER/config.json wants (10000000, 32), from its vocab_size=10000000"``."""
-    sizes = {w for k in wrong for g, w in zip_longest(weights[k].shape, expected[k]) if g != w and w is not None}
-    fields = [f"{field}={value}" for field, value in _sizes(hf) if value in sizes]
-    first = weights[wrong[0]]
-    origin = {t.data_ptr(): k for k, t in src.tensors.items() if t.numel()}
-    theirs = origin.get(first.data_ptr()) if first.numel() else None
-    why = f"their {theirs}" if theirs else f"our {wrong[0]}"
-    why += f" is {tuple(first.shape)} where {getattr(hf, 'file', 'the config')} wants {tuple(expected[wrong[0]])}"
-    return f"; {why}, from its {', '.join(fields)}" if fields else f"; {why}"
-
-
-def _sizes(hf: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, int]]:
-    """``(field, value)`` of every integer of ``hf`` that can be a size (nested objects and lists too; not token
-    ids or label tables)."""
-    for key, value in hf.items():
-        if key.endswith(("_id", "_ids")) or key in ("id2label", "label2id"):
-            continue
-        if isinstance(value, Mapping):
-            yield from _sizes(value, f"{prefix}{key}.")
-        elif isinstance(value, (list, tuple)):
-            yield from ((f"{prefix}{key}[{i}]", v) for i, v in enumerate(value)
-                        if isinstance(v, int) and not isinstance(v, bool))
-        elif isinstance(value, int) and not isinstance(value, bool):
-            yield f"{prefix}{key}", value
+__all__ = ["HUB_FILES", "HUB_PICKLES", "HFConfig", "hf_folder", "load_converted", "read_config", "read_hf",
+           "read_weights"]

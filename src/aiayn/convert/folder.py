@@ -43,10 +43,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import aiayn
-from aiayn.convert import CONVERTERS, hf_folder
+from aiayn.convert import CONVERTERS, from_hf, hf_folder
 from aiayn.convert.common import read_config
 from aiayn.io import read_json, write_json, write_text
+from aiayn.models import checkpoint
 
 if TYPE_CHECKING:
     from torch import nn
@@ -83,17 +83,17 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
     model_type = read_config(folder).get("model_type")
     if KINDS[kind] is not None and model_type != KINDS[kind]:
         raise ValueError(f"{folder} holds a {model_type!r} model, not {KINDS[kind]!r} as {kind} says")
-    model = aiayn.from_hf(folder)
+    model = from_hf(folder)
     marian = model_type == "marian" and (folder / "source.spm").is_file()
     spm = _checked_marian_tokenizers(folder, model.cfg) if marian else ()
     if (folder / "tokenizer.json").is_file():  # read before anything is written: a garbage file is refused
         _check_tokenizer(folder / "tokenizer.json")
     with _new_folder(out, force) as tmp:
-        aiayn.save(model, tmp)
+        checkpoint.save(model, tmp)
         if (folder / "tokenizer.json").is_file():
             shutil.copyfile(folder / "tokenizer.json", tmp / "tokenizer.json")
         elif (folder / "vocab.txt").is_file():  # a WordPiece vocab.txt and do_lower_case, as one file
-            from aiayn.pipelines.embed import bert_tokenizer
+            from aiayn.data.wordpiece import bert_tokenizer
 
             bert_tokenizer(folder).save(tmp / "tokenizer.json")
         for kept in ("sentence_bert_config.json", "preprocessor_config.json"):  # the length limit of aiayn embed;
@@ -221,7 +221,7 @@ def export(run: str | os.PathLike, out: str | os.PathLike, to: str = "hf", force
     run, out = Path(run), Path(out)
     folder = run.parent if run.suffix == ".safetensors" else run
     _check_out(out, force, source=folder, outside=True)
-    model = aiayn.load(run)
+    model = checkpoint.load(run)
     if to == "ctranslate2":
         from aiayn.convert.ctranslate2 import check_convertible
 

@@ -38,160 +38,24 @@ V vocabulary, K classes.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
 import os
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from aiayn import __version__
-from aiayn.layers import fast
+from aiayn.decoding.loops import generated, greedy_choice, tokens
 from aiayn.layers.int8 import is_quantized
+from aiayn.layers.session import Session
 from aiayn.models import FAMILIES, config_to_dict, family_of
-
-if TYPE_CHECKING:
-    pass
+from aiayn.models.onnx import EXAMPLE, INSTALL, LayerPast, Past, cache_names, export_graph, require_export
+from aiayn.version import __version__
 
 FORMAT = "aiayn-onnx/1"
 SPEC = "onnx.json"
-INSTALL = 'pip install "aiayn[export]"'
-# example sizes to trace with: torch.export fixes sizes 0 and 1, and gives equal sizes one symbol
-EXAMPLE = {"batch": 2, "new": 3, "past": 5, "src_len": 7}
-
-
-# --- the cache as plain tensors ---------------------------------------------------------------------------------
-
-class LayerPast:
-    """One decoder layer's cache inside a graph, answering what :class:`~aiayn.layers.LayerCache` answers: the
-    past keys/values with the new ones appended (concatenated, not written into a buffer), and the
-    cross-attention keys/values given."""
-
-    def __init__(self, k: Tensor, v: Tensor, cross: tuple[Tensor, Tensor] | None = None) -> None:
-        self.k, self.v, self.cross = k, v, cross  # (B, H, P, D) each; cross (B, H, S, D) each
-
-    @property
-    def self_attn(self) -> LayerPast:
-        return self
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """``(B, H, T, D)`` new keys/values -> everything so far, ``(B, H, P + T, D)``."""
-        self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-    def cross_kv(self, attn: nn.Module, memory: Tensor | None) -> tuple[Tensor, Tensor]:
-        assert self.cross is not None  # the seq2seq decoder passes them
-        return self.cross
-
-
-class Past(list):
-    """The layers' :class:`LayerPast`, standing in for :class:`~aiayn.layers.DecoderCache`."""
-
-    def __init__(self, past: list[tuple[Tensor, Tensor]], cross: list[tuple[Tensor, Tensor]] | None = None) -> None:
-        super().__init__(LayerPast(k, v, None if cross is None else cross[i]) for i, (k, v) in enumerate(past))
-
-    @property
-    def length(self) -> Any:  # P, a symbolic size while tracing
-        return self[0].k.size(2)
-
-    def first_visible(self, t: int) -> int:  # the graph's past is every position so far: nothing rolls
-        return 0
-
-    def present(self) -> list[tuple[Tensor, Tensor]]:
-        return [(layer.k, layer.v) for layer in self]
-
-
-# --- export -----------------------------------------------------------------------------------------------------
-
-def cache_names(kind: str, layers: int) -> list[str]:
-    """``[kind_key.0, kind_value.0, kind_key.1, ...]``, in the order the graphs take and give them."""
-    return [f"{kind}_{part}.{i}" for i in range(layers) for part in ("key", "value")]
-
-
-def _on_meta(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in eval mode whose parameters and buffers are shapes on the meta device: no weight is
-    copied, and shared (tied) ones stay shared."""
-    memo: dict[int, Any] = {}
-    for t in (*model.parameters(), *model.buffers()):
-        meta = torch.empty_like(t, device="meta")
-        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
-    return copy.deepcopy(model, memo).eval()
-
-
-@contextlib.contextmanager
-def _plain_paths() -> Iterator[None]:
-    """:data:`aiayn.layers.fast.ENABLED` off for the duration: the fast paths branch on sizes."""
-    before = fast.ENABLED
-    fast.ENABLED = False
-    try:
-        yield
-    finally:
-        fast.ENABLED = before
-
-
-def _require_export() -> None:
-    for name in ("onnx", "onnxscript"):
-        try:
-            __import__(name)
-        except ImportError as e:
-            raise ImportError(f"ONNX export needs {name}, an optional dependency: {INSTALL}") from e
-
-
-def export_graph(wrapper: type[nn.Module], model: nn.Module, args: tuple, names: tuple[list[str], list[str]],
-            shapes: dict[str, list[int | str]], path: Path, opset: int | None) -> dict[str, Any]:
-    """Trace ``wrapper(model)`` on the meta device, write the real weights in and save the graph to ``path``.
-
-    Args:
-        args: example inputs on the meta device, as the wrapper takes them (lists of pairs for caches).
-        names: the graph's input and output names, in the wrapper's order (pairs flattened).
-        shapes: each input's and output's shape, sizes named where they vary.
-
-    Returns:
-        The graph's description: its file, inputs and outputs (dtype and shape), opset.
-    """
-    import onnx_ir as ir  # onnxscript's
-
-    inputs, outputs = names
-
-    def dims(name: str) -> dict[int, str]:
-        return {i: s for i, s in enumerate(shapes[name]) if isinstance(s, str)}
-
-    by_name = iter(inputs)
-    dynamic = tuple([tuple(dims(next(by_name)) for _ in pair) for pair in arg] if isinstance(arg, list)
-                    else dims(next(by_name)) for arg in args)
-    traced = wrapper(_on_meta(model)).eval()
-    with _plain_paths(), torch.no_grad(), warnings.catch_warnings():
-        # the exporter's own notes: a size named on several inputs ("batch") is named once; a deprecation inside
-        # torch.export's tree handling
-        warnings.filterwarnings("ignore", message="# The axis name")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        program = torch.onnx.export(traced, args, dynamo=True, dynamic_shapes=dynamic, input_names=inputs,
-                                    output_names=outputs, opset_version=opset, optimize=False, verbose=False)
-    assert program is not None  # dynamo=True always gives the program
-    weights = {f"model.{name}": t.detach().cpu() for name, t in (*model.named_parameters(remove_duplicate=False),
-                                                             *model.named_buffers(remove_duplicate=False))}
-    needed = set(program.model.graph.initializers)
-    missing = sorted(needed - set(weights))
-    if missing:
-        raise RuntimeError(f"the traced graph holds tensors that are not the model's weights: {missing}")
-    program.apply_weights({name: weights[name] for name in needed})
-    program.optimize()  # constant folding and the like, now that the weights are real
-    graph = program.model.graph
-    for value in (*graph.inputs, *graph.outputs):  # one name per size ("new + past", not also "past + new")
-        value.shape = ir.Shape(shapes[str(value.name)])
-    program.save(path)
-    dtypes = {t.name: str(t.dtype.numpy()) for t in (*graph.inputs, *graph.outputs) if t.dtype is not None}
-    described = {name: {"dtype": dtypes[name], "shape": shapes[name]} for name in inputs + outputs}
-    return {"file": path.name, "inputs": {n: described[n] for n in inputs},
-            "outputs": {n: described[n] for n in outputs}, "opset": program.model.opset_imports.get("", None)}
-
-
 def to_onnx(model: nn.Module, folder: str | os.PathLike, opset: int | None = None) -> Path:
     """Write ``model``'s ONNX graphs and ``onnx.json``, which describes them, into ``folder``.
 
@@ -222,7 +86,7 @@ def to_onnx(model: nn.Module, folder: str | os.PathLike, opset: int | None = Non
                          f"{type(model).__name__}")
     if is_quantized(model):
         raise ValueError("ONNX export takes the float32 model, not a quantized one (aiayn.layers.int8.quantize)")
-    _require_export()
+    require_export()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     exporter = family.module("onnx")
@@ -303,43 +167,59 @@ class OnnxSeq2Seq:
         logits, *present = self.decoder.run(None, feed)
         return logits, present
 
+    def session(self) -> OnnxSeq2SeqSession:
+        """A decode session over these graphs (:mod:`aiayn.layers.session`): what the decoding loops call."""
+        return OnnxSeq2SeqSession(self)
+
     def greedy(self, src: Tensor | np.ndarray, max_len: int | None = None) -> Tensor:
-        """Decode ``(B, S)`` source ids greedily, as :func:`aiayn.decoding.greedy` does: ``pad_id`` is never chosen,
-        and a row that has produced ``</s>`` leaves the batch.
+        """Decode ``(B, S)`` source ids greedily, as :func:`aiayn.decoding.greedy` does (the same loop, over
+        :meth:`session`): ``pad_id`` is never chosen, and a row that has produced ``</s>`` leaves the batch.
 
         Returns:
             ``(B, L)`` ids after ``<s>``, each row ending at its ``</s>`` and padded with ``pad_id`` after it.
         """
         src_ids = _ids(src, self.cfg["src_vocab_size"], "src")
-        pad, bos, eos = self.cfg["pad_id"], self.cfg["bos_id"], self.cfg["eos_id"]
-        b = src_ids.shape[0]
         if max_len is None:  # S + 50 (section 6.1), no more than the graphs hold
             max_len = min(src_ids.shape[1] + 50, self.cfg["max_len"])
         longest = max(src_ids.shape[1], max_len)
         if longest > self.cfg["max_len"]:
             raise ValueError(f"{longest} positions exceed the {self.cfg['max_len']} the graphs hold (max_len)")
-        cross = self.encode(src_ids)
-        mask = src_ids != pad  # (A, S)
-        past = [np.zeros((b, self.head[0], 0, self.head[1]), np.float32)] * len(self.past)  # (B, H, 0, D)
-        out = np.full((b, max_len), pad, np.int64)
-        alive = np.arange(b)  # (A,) the rows still decoding
-        tgt = np.full((b, 1), bos, np.int64)
-        steps = 0
-        for steps in range(1, max_len + 1):
-            logits, past = self.step(tgt, mask, past, cross)
-            scores = logits[:, -1]  # (A, V)
-            scores[:, pad] = -np.inf  # padding is never an output
-            nxt = scores.argmax(-1)  # (A,)
-            out[alive, steps - 1] = nxt
-            ended = nxt == eos
-            if ended.any():
-                keep = np.flatnonzero(~ended)  # (A',)
-                if keep.size == 0:
-                    break
-                alive, nxt, mask = alive[keep], nxt[keep], mask[keep]
-                past, cross = [t[keep] for t in past], [t[keep] for t in cross]
-            tgt = nxt[:, None]
-        return torch.tensor(out[:, :steps])
+        eos = (self.cfg["eos_id"],)
+        steps = tokens(self.session(), torch.from_numpy(src_ids), None, max_len, greedy_choice, eos=eos,
+                       pad=self.cfg["pad_id"])
+        return generated(steps, eos)
+
+
+class OnnxSeq2SeqSession(Session):
+    """An exported encoder-decoder's decode session: the prefill runs the encoder graph (every layer's
+    cross-attention keys and values) and the start token; each step runs the decoder graph on the past."""
+
+    def __init__(self, runner: OnnxSeq2Seq) -> None:
+        self.runner = runner
+        self.never = (runner.cfg["pad_id"],)
+
+    def prefill(self, ids: Tensor, mask: Tensor | None = None, *, new_tokens: int, repeat: int = 1) -> Tensor:
+        src = ids.repeat_interleave(repeat, dim=0).numpy().astype(np.int64)  # (B, S)
+        b, (h, d) = src.shape[0], self.runner.head
+        self.cross = self.runner.encode(src)
+        self.mask = src != self.runner.cfg["pad_id"]  # (B, S)
+        self.past = [np.zeros((b, h, 0, d), np.float32)] * len(self.runner.past)  # (B, H, 0, D)
+        self.prefix = torch.full((b, 1), self.runner.cfg["bos_id"], dtype=torch.long)
+        self.rows = b
+        return self.step(self.prefix[:, 0])
+
+    def step(self, tokens: Tensor) -> Tensor:
+        logits, self.past = self.runner.step(tokens.numpy()[:, None], self.mask, self.past, self.cross)
+        return torch.from_numpy(logits[:, -1])  # (B, V)
+
+    def reorder(self, rows: Tensor) -> None:
+        index = rows.numpy()
+        self.past = [t[index] for t in self.past]
+
+    def keep(self, rows: Tensor) -> None:
+        self.reorder(rows)
+        index = rows.numpy()
+        self.mask, self.cross, self.rows = self.mask[index], [t[index] for t in self.cross], index.size
 
 
 class OnnxGPT:
@@ -394,22 +274,47 @@ class OnnxGPT:
         if t + max_new_tokens > self.cfg["max_len"]:
             raise ValueError(f"{t + max_new_tokens} positions exceed the model's {self.cfg['max_len']} learned "
                              f"positions (max_len)")
-        past = [np.zeros((b, self.head[0], 0, self.head[1]), np.float32)] * len(self.past)
-        done = np.zeros(b, bool)
-        new: list[np.ndarray] = []
-        step_ids, one = ids, np.ones((b, 1), bool)
-        for _ in range(max_new_tokens):
-            logits, past = self.step(step_ids, real, past)
-            nxt = logits[:, -1].argmax(-1)  # (B,)
-            if eos_id is not None:
-                nxt[done] = eos_id
-                done |= nxt == eos_id
-            new.append(nxt)
-            if done.all():
-                break
-            step_ids, real = nxt[:, None], np.concatenate([real, one], axis=1)
-        return torch.tensor(np.concatenate([ids, np.stack(new, axis=1)], axis=1))
+        eos = () if eos_id is None else (eos_id,)
+        steps = tokens(self.session(), torch.from_numpy(ids), torch.from_numpy(real), max_new_tokens, greedy_choice,
+                       eos=eos, pad=eos[0] if eos else 0)
+        return torch.cat([torch.from_numpy(ids), generated(steps, eos)], dim=1)
+
+    def session(self) -> OnnxGPTSession:
+        """A decode session over this graph (:mod:`aiayn.layers.session`): what the decoding loops call."""
+        return OnnxGPTSession(self)
 
 
-__all__ = ["EXAMPLE", "FORMAT", "LayerPast", "OnnxGPT", "OnnxSeq2Seq", "Past", "cache_names", "export_graph",
-           "read_spec", "session", "to_onnx"]
+class OnnxGPTSession(Session):
+    """An exported GPT's decode session: each call runs the graph on the new ids, the mask of every position so
+    far and the past, which it returns with the new positions appended."""
+
+    def __init__(self, runner: OnnxGPT) -> None:
+        self.runner = runner
+
+    def prefill(self, ids: Tensor, mask: Tensor | None = None, *, new_tokens: int, repeat: int = 1) -> Tensor:
+        ids = ids.repeat_interleave(repeat, dim=0)
+        b, (h, d) = ids.size(0), self.runner.head
+        self.real = np.ones(tuple(ids.shape), bool) if mask is None else \
+            mask.repeat_interleave(repeat, dim=0).numpy().astype(bool)
+        self.past = [np.zeros((b, h, 0, d), np.float32)] * len(self.runner.past)
+        self.prefix, self.rows = ids, b
+        self.prefix_mask = None if self.real.all() else torch.from_numpy(self.real)
+        logits, self.past = self.runner.step(ids.numpy().astype(np.int64), self.real, self.past)
+        return torch.from_numpy(logits[:, -1])  # (B, V)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        self.real = np.concatenate([self.real, np.ones((self.real.shape[0], 1), bool)], axis=1)
+        logits, self.past = self.runner.step(tokens.numpy()[:, None], self.real, self.past)
+        return torch.from_numpy(logits[:, -1])
+
+    def reorder(self, rows: Tensor) -> None:
+        index = rows.numpy()
+        self.past = [t[index] for t in self.past]
+
+    def keep(self, rows: Tensor) -> None:
+        self.reorder(rows)
+        self.real, self.rows = self.real[rows.numpy()], rows.numel()
+
+
+__all__ = ["EXAMPLE", "FORMAT", "LayerPast", "OnnxGPT", "OnnxGPTSession", "OnnxSeq2Seq", "OnnxSeq2SeqSession", "Past",
+           "cache_names", "export_graph", "read_spec", "session", "to_onnx"]

@@ -17,7 +17,7 @@ loading), so either version loads the folder. A config Hugging Face cannot expre
 interleaved sinusoids, ...) is refused with a ``ValueError`` naming the field. ``aiayn.from_hf`` of the
 folder gives back the model, config and weights, except where the family's ``export`` docstring says.
 
-The key tables' helpers are in :mod:`aiayn.convert.keys`; this module finds the family of a model by its
+The key tables' helpers are in :mod:`aiayn.models.keys`; this module finds the family of a model by its
 config and writes what its ``export`` gives.
 """
 

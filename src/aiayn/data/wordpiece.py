@@ -120,4 +120,17 @@ class WordPieceTokenizer:
         return ids, torch.zeros_like(ids), mask
 
 
-__all__ = ["SPECIALS", "WordPieceTokenizer"]
+def bert_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer:
+    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``
+    (lowercasing unless ``tokenizer_config.json`` says ``do_lower_case: false``, as a cased BERT's does)."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").is_file():
+        return WordPieceTokenizer.load(folder / "tokenizer.json")
+    if (folder / "vocab.txt").is_file():
+        settings = folder / "tokenizer_config.json"
+        lower = json.loads(settings.read_text()).get("do_lower_case", True) if settings.is_file() else True
+        return WordPieceTokenizer.from_vocab(folder / "vocab.txt", lowercase=lower)
+    raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
+
+
+__all__ = ["SPECIALS", "WordPieceTokenizer", "bert_tokenizer"]

@@ -34,16 +34,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import EncoderDecoder, check_every, check_src, in_eval_mode, target_len, trim
+from aiayn.decoding.greedy import check_src, target_len
+from aiayn.decoding.loops import Ends, check_every, end_ids, ends, in_eval_mode, trim
 from aiayn.decoding.processing import Processing
-from aiayn.decoding.sampling import CachingModel, Ends, check_left_padded, check_prompts, end_ids, ends
-from aiayn.decoding.static import StaticGPT, StaticSeq2Seq, check_cache
+from aiayn.decoding.sampling import check_left_padded, check_prompts
 from aiayn.layers.embedding import check_ids
+
+if TYPE_CHECKING:
+    from aiayn.layers.session import Session
 
 
 def gnmt_penalty(length: int, alpha: float) -> float:
@@ -144,33 +147,30 @@ def _compiled_rank() -> Callable[..., Ranked]:
     return torch.compile(_rank)
 
 
-def _search(
-    step: Callable[[Tensor, int], Tensor],
-    reorder: Callable[[Tensor, bool], None],
-    batch: int,
+def search(
+    session: Session,
+    ids: Tensor,
+    mask: Tensor | None,
     beam: int,
-    first_id: int,
     eos: tuple[int, ...],
     pad_id: int,
     max_len: int,
     length_penalty: float,
     penalty: Callable[[int, float], float],
     early_stopping: bool | str,
-    blocked: int | None,
-    device: torch.device,
-    process: Callable[[Tensor, Tensor], Tensor] | None = None,
+    processing: Processing | None = None,
     n_best: int = 1,
     compile: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """The search itself, for any model: ``step(seqs, t)`` gives the next-token logits ``(A*K, V)`` of the
-    live hypotheses ``seqs`` ``(A*K, t)`` (``first_id`` then the ``t - 1`` tokens chosen so far) of the ``A``
-    sentences still searched; ``reorder(rows, fewer)`` makes the model's rows (its cache, and with ``fewer``
-    its source) the ``rows`` given: the surviving beams, and with ``fewer`` only those of sentences not done,
-    so a finished sentence is not computed any further; ``process(logp, seqs)`` changes the log-probabilities
-    ``(A*K, V)`` before they are ranked (a repetition penalty, ...); ``compile``: the ranking (:func:`_rank`)
-    through ``torch.compile``. Returns ``(ids (B*n, L), sums (B*n,))``, the ``n_best`` best hypotheses of each
-    sentence, best first (rows ``b*n .. b*n + n - 1`` are sentence ``b``'s), without ``first_id``, and their
-    summed log-probabilities."""
+    """The search itself, over any model's decode session (:mod:`aiayn.layers.session`): ``ids`` ``(B, T)`` (and
+    ``mask``) are the inputs its prefill reads, each giving ``beam`` rows; each step feeds the live hypotheses'
+    last tokens, the session's rows reordered to the surviving beams (``session.reorder``) and, once sentences
+    settle, to those of the sentences not done (``session.keep``), so a finished sentence is not computed any
+    further. ``processing`` changes the log-probabilities ``(A*K, V)`` before they are ranked (a repetition
+    penalty, ...), reading the prefix and the hypothesis; ``compile``: the ranking (:func:`_rank`) through
+    ``torch.compile``. Returns ``(ids (B*n, L), sums (B*n,))``, the ``n_best`` best hypotheses of each sentence,
+    best first (rows ``b*n .. b*n + n - 1`` are sentence ``b``'s), and their summed log-probabilities."""
+    batch, device, first_id = ids.size(0), ids.device, 0  # the first id of a hypothesis: a placeholder, never fed
     K, n, L = beam, n_best, max_len
     neg_inf = float("-inf")
     rank = _compiled_rank() if compile and COMPILE_RANK else _rank
@@ -200,13 +200,21 @@ def _search(
         step); on a GPU a CPU scalar is read as a number, no copy to the device and no wait for it."""
         return torch.tensor(x)
 
+    prefix, prefix_mask = ids, mask  # (A*K, P) what each hypothesis follows, once the session has read it
     for t in range(1, L + 1):  # t: tokens generated after this step
         A = active.numel()
-        logp = step(seqs.view(A * K, L + 1)[:, :t], t).float().log_softmax(-1)  # (A*K, V)
-        if blocked is not None:  # padding is not a word (a pad inside a prefix would be masked out on recompute)
-            logp[:, blocked] = neg_inf
-        if process is not None:
-            logp = process(logp, seqs.view(A * K, L + 1)[:, :t])
+        if t == 1:
+            logits = session.prefill(ids, mask, new_tokens=L, repeat=K)  # (A*K, V)
+            prefix, prefix_mask = session.prefix, session.prefix_mask
+        else:
+            logits = session.step(seqs.view(A * K, L + 1)[:, t - 1])
+        logp = logits.float().log_softmax(-1)  # (A*K, V)
+        for token in session.never:  # padding is not a word (a pad inside a prefix would be masked out)
+            logp[:, token] = neg_inf
+        if processing is not None and processing.active:  # what the row holds: its prefix, then what it made
+            seen = torch.cat([prefix, seqs.view(A * K, L + 1)[:, 1:t]], dim=1)
+            real = None if prefix_mask is None else torch.cat([prefix_mask, prefix_mask.new_ones(A * K, t - 1)], 1)
+            logp = processing(logp, seen, t - 1, real)
         ranked = rank(logp, live_sum, seqs, scalar(t), columns, scalar(penalty(t, length_penalty)), scalar(bound(t)),
                       fin, out, stopped, eos, early_stopping)
         live_sum, seqs, fin, rows = ranked.live_sum, ranked.seqs, ranked.fin, ranked.rows
@@ -214,7 +222,7 @@ def _search(
             break
         out, stopped = ranked.out, ranked.stopped
         if t % every or not bool(stopped.any()):  # the one read back from the device, every `every` steps
-            reorder(rows.view(-1), False)
+            session.reorder(rows.view(-1))
             continue
         # The others go on without them; the results of those stopped are final.
         result_ids[active], result_sum[active] = out
@@ -223,7 +231,10 @@ def _search(
             return trim(result_ids.view(batch * n, -1), eos), result_sum.view(-1)
         active, live_sum, seqs, stopped = (x[go] for x in (active, live_sum, seqs, stopped))
         fin, out = Finished(*(x[go] for x in fin)), Settled(*(x[go] for x in out))
-        reorder(rows[go].view(-1), True)
+        kept = rows[go].view(-1)
+        session.keep(kept)
+        prefix = prefix.index_select(0, kept)
+        prefix_mask = None if prefix_mask is None else prefix_mask.index_select(0, kept)
 
     # Cut by L: live hypotheses of the sentences not settled compete as they stand.
     score = torch.cat([fin.scores, live_sum / penalty(L, length_penalty)], dim=1)  # (A, 2K)
@@ -282,7 +293,7 @@ def beam_search(
         processing: changes the log-probabilities before they are ranked
             (:class:`~aiayn.decoding.processing.Processing`: repetition penalty, n-gram bans, a minimum length).
         compile: the steps over a static cache whose rows are reordered in place, the one-token step through
-            ``torch.compile`` (:class:`~aiayn.decoding.static.StaticSeq2Seq`; the ranking too with
+            ``torch.compile`` (the model's static session; the ranking too with
             :data:`COMPILE_RANK`): the same hypotheses.
 
     Returns:
@@ -297,38 +308,12 @@ def beam_search(
     """
     penalty = _check(beam, normalize, early_stopping, num_return_sequences)
     check_src(model, src)
-    check_cache(compile, use_cache)
     max_len = target_len(model, src, max_len)
-    net = cast(EncoderDecoder, model)
-    cfg = net.cfg
-    K = beam
+    cfg: Any = cast(Any, model).cfg
     # Every beam of a sentence reads the same source: rows b*K .. b*K+K-1 belong to sentence b.
-    src_k = src.repeat_interleave(K, dim=0)  # (B*K, S)
-    memory = net.encode(src).repeat_interleave(K, dim=0)  # (B*K, S, C)
-    static = StaticSeq2Seq(model, memory, src_k, max_len, compile=True, beams=True) if compile else None
-    cache = net.new_cache(max_len) if use_cache and static is None else None
-
-    def step(seqs: Tensor, t: int) -> Tensor:
-        if static is not None:
-            return static.step(seqs[:, -1], t - 1)
-        return net.decode(seqs[:, -1:] if cache is not None else seqs, memory, src_k, cache=cache)[:, -1]
-
-    def reorder(rows: Tensor, fewer: bool) -> None:
-        nonlocal memory, src_k
-        if static is not None:
-            static.reorder(rows, fewer)
-        if cache is not None:  # the new beams extend rows of the same sentence: cross-attention stays, unless fewer
-            cache.reorder(rows, cross=fewer)
-        if fewer:
-            memory, src_k = memory.index_select(0, rows), src_k.index_select(0, rows)
-
-    process = None
-    if processing is not None and processing.active:
-        def process(logp: Tensor, seqs: Tensor) -> Tensor:
-            return processing(logp, seqs, seqs.size(1) - 1)
-
-    ids, sums = _search(step, reorder, src.size(0), K, cfg.bos_id, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty,
-                        penalty, early_stopping, cfg.pad_id, src.device, process, num_return_sequences, compile)
+    session = model.session(use_cache=use_cache, compile=compile, beams=True)  # type: ignore[operator]
+    ids, sums = search(session, src, None, beam, (cfg.eos_id,), cfg.pad_id, max_len, length_penalty, penalty,
+                       early_stopping, processing, num_return_sequences, compile)
     return (ids, sums) if return_scores else ids
 
 
@@ -357,7 +342,7 @@ def beam_search_lm(
     (``length_penalty=1.0`` on ``len ** alpha``, the ``early_stopping=False`` heuristic); ``len`` counts the
     generated tokens only, ``eos_id`` included; ``num_return_sequences`` and ``processing`` as there (the
     processing reads the prompt as well as what was generated); ``compile`` over a static cache, as
-    :func:`beam_search`'s (:class:`~aiayn.decoding.static.StaticGPT`).
+    :func:`beam_search`'s (the model's static session).
 
     Returns:
         ``(B * n, L)`` generated ids (the prompt not included), each row cut after its ``eos_id`` (or any of
@@ -373,59 +358,15 @@ def beam_search_lm(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_ids(prompt, 0, "prompt", values=False)
     check_prompts(model, prompt.tolist(), "prompt")
-    B, T = prompt.shape
-    if attention_mask is not None and tuple(attention_mask.shape) != (B, T):
-        raise ValueError(f"attention_mask must be (batch, prompt length) = {(B, T)}, got "
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(prompt.shape):
+        raise ValueError(f"attention_mask must be (batch, prompt length) = {tuple(prompt.shape)}, got "
                          f"{tuple(attention_mask.shape)}")
-    K, device = beam, prompt.device
-    prompt_k = prompt.repeat_interleave(K, dim=0)  # (B*K, T)
-    real: Tensor | None = None
-    if attention_mask is not None and not bool(attention_mask.bool().all()):
-        real = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device)  # (B*K, T + N)
-        real[:, :T] = attention_mask.bool().repeat_interleave(K, dim=0)
     check_left_padded(attention_mask)
-    check_cache(compile, use_cache)
-    made = cast(CachingModel, model).new_cache(T + max_new_tokens)  # refuses too many positions, cache or not
-    static = None
-    if compile:
-        written = torch.ones(B * K, T + max_new_tokens, dtype=torch.bool, device=device) if real is None else real
-        static = StaticGPT(model, written, compile=True, beams=True)
-    cache = made if use_cache and static is None else None
-
-    def step(seqs: Tensor, t: int) -> Tensor:
-        # seqs: (B*K, t), a placeholder first, then the t - 1 tokens generated so far
-        if static is not None:
-            mask = None if real is None else real[:, :T]
-            return static.prefill(prompt_k, mask) if t == 1 else static.step(seqs[:, -1], T + t - 2)
-        if cache is None or t == 1:
-            ids = torch.cat([prompt_k, seqs[:, 1:]], dim=1)  # (B*K, T + t - 1)
-        else:
-            ids = seqs[:, -1:]
-        mask = None if real is None else real[:, : T + t - 1]
-        return model(ids, attention_mask=mask, cache=cache)[:, -1]
-
-    def reorder(rows: Tensor, fewer: bool) -> None:
-        nonlocal prompt_k, real
-        if static is not None:
-            static.reorder(rows, fewer)
-        if cache is not None:
-            cache.reorder(rows, cross=False)
-        if fewer:
-            prompt_k = prompt_k.index_select(0, rows)
-            real = None if real is None else real.index_select(0, rows)
-
-    process = None
-    if processing is not None and processing.active:
-        def process(logp: Tensor, seqs: Tensor) -> Tensor:  # what the row holds: its prompt, then what it made
-            t = seqs.size(1)
-            mask = None if real is None else real[:, : T + t - 1]
-            return processing(logp, torch.cat([prompt_k, seqs[:, 1:]], dim=1), t - 1, mask)
-
-    first = int(prompt[0, -1])  # any id: the placeholder is never fed to the model
+    session = model.session(use_cache=use_cache, compile=compile, beams=True)  # type: ignore[operator]
     eos = end_ids(eos_id)
-    pad = eos[0] if eos else first
-    ids, sums = _search(step, reorder, B, K, first, eos, pad, max_new_tokens, length_penalty, penalty,
-                        early_stopping, None, device, process, num_return_sequences, compile)
+    pad = eos[0] if eos else 0
+    ids, sums = search(session, prompt, attention_mask, beam, eos, pad, max_new_tokens, length_penalty, penalty,
+                       early_stopping, processing, num_return_sequences, compile)
     return (ids, sums) if return_scores else ids
 
 

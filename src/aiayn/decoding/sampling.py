@@ -6,8 +6,8 @@ Prompts of different lengths are padded on the left, so every row's next token i
     row 1:  Once upon a time   ->  Once upon a time there ...
 
 and the model gets an ``attention_mask`` over every position so padding is never attended to and
-positions count real tokens only. The key/value cache (the translation decoder's
-:class:`~aiayn.layers.DecoderCache`) is allocated once for prompt + new tokens.
+positions count real tokens only. The loop is :func:`aiayn.decoding.loops.tokens`, over the model's decode
+session; this module holds the choice of a token and the language model's entries.
 
 Shapes: B prompts, T longest prompt, N new tokens, V vocabulary.
 """
@@ -15,40 +15,18 @@ Shapes: B prompts, T longest prompt, N new tokens, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import check_every, decode_with, ends, evaluating
-from aiayn.decoding.processing import Processing
+from aiayn.decoding.greedy import decode_with
+from aiayn.decoding.loops import Ends, end_ids, evaluating, generated, tokens
 from aiayn.decoding.settings import check
-from aiayn.decoding.static import StaticGPT, check_cache
 from aiayn.layers.embedding import check_ids
 
 if TYPE_CHECKING:
-    from aiayn.layers.kv_cache import DecoderCache
-
-
-Ends = int | Sequence[int] | None  # the token, or tokens, that end a row (Llama 3's chat models have three)
-
-
-def end_ids(eos: Ends) -> tuple[int, ...]:
-    """``eos`` as a tuple of ids: ``()`` for ``None``, ``(id,)`` for one id; the first is what pads a row."""
-    if eos is None:
-        return ()
-    return tuple(int(e) for e in eos) if isinstance(eos, Sequence) else (int(eos),)
-
-
-class CachingModel(Protocol):
-    """What :func:`stream` calls on a model (a :class:`aiayn.models.GPT`), for the type checker."""
-
-    lm_head: nn.Module
-
-    def new_cache(self, max_len: int) -> DecoderCache: ...
-
-    def features(self, ids: Tensor, attention_mask: Tensor | None = None,
-                 cache: DecoderCache | None = None) -> Tensor: ...
+    from aiayn.decoding.processing import Processing
 
 
 def check_prompts(model: nn.Module, prompts: Sequence[Sequence[int]], name: str = "prompts") -> None:
@@ -118,6 +96,17 @@ def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = Non
     return pick(logits, temperature, top_k, top_p, generator)[1]
 
 
+def left_padded(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[Tensor, Tensor | None]:
+    """``prompts`` as one batch ``(B, T)`` padded on the left, and its mask ``(B, T)`` (``None``: no row padded)."""
+    t = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), t, dtype=torch.long, device=device)
+    real = torch.zeros(len(prompts), t, dtype=torch.bool, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, t - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        real[i, t - len(p) :] = True
+    return ids, real if min(len(p) for p in prompts) < t else None
+
+
 @torch.no_grad()
 def stream(
     model: nn.Module,
@@ -135,14 +124,14 @@ def stream(
 ) -> Iterator[Tensor]:
     """Yield the next token of every prompt, ``(B,)``, one step at a time, until ``max_new_tokens`` or
     every row has produced ``eos_id`` (or one of several; a finished row keeps yielding the first). Whether
-    every row has is read back from the device every :func:`~aiayn.decoding.greedy.check_every` steps,
+    every row has is read back from the device every :func:`~aiayn.decoding.loops.check_every` steps,
     so on an accelerator up to ``CHECK_EVERY - 1`` steps of end tokens may follow; without ``eos_id``
     nothing is read back.
 
     ``processing`` (repetition penalty, n-gram bans, a minimum length: :class:`~aiayn.decoding.processing.Processing`)
     changes the logits before the token is chosen; ``scores``, a list, receives each step's scores ``(B, V)``
-    (:func:`pick`'s). ``compile``: decode over a static cache with a compiled step
-    (:class:`~aiayn.decoding.static.StaticGPT`; the same tokens).
+    (:func:`pick`'s). ``compile``: decode over a static cache with a compiled step (the model's session; the
+    same tokens).
 
     Raises (at the first ``next``):
         ValueError: ``max_new_tokens < 1``; an empty prompt, or an id outside ``model.cfg.vocab_size``;
@@ -151,47 +140,15 @@ def stream(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     check_prompts(model, prompts)
-    device = next(model.parameters()).device
-    lengths = [len(p) for p in prompts]
-    t, b = max(lengths), len(prompts)
-    total = t + max_new_tokens
-    ids = torch.zeros(b, total, dtype=torch.long, device=device)  # (B, T + N), prompts on the right of the first T
-    real = torch.zeros(b, total, dtype=torch.bool, device=device)
-    for i, p in enumerate(prompts):
-        ids[i, t - len(p) : t] = torch.as_tensor(list(p), dtype=torch.long)
-        real[i, t - len(p) :] = True  # the prompt and everything generated after it
-    padded = min(lengths) < t
-    lm = cast(CachingModel, model)
-    made = lm.new_cache(total)  # refuses more positions than the model has, with the cache or without
-    cache = made if use_cache else None
-    done = torch.zeros(b, dtype=torch.bool, device=device)
+    check(temperature=temperature, top_k=top_k, top_p=top_p)
+    ids, mask = left_padded(prompts, next(model.parameters()).device)
     eos = end_ids(eos_id)
-    every = check_every(device)
-    check_cache(compile, use_cache)
-    static = StaticGPT(model, real, compile=True) if compile else None
+    session: Any = model.session(use_cache=use_cache, compile=compile)  # type: ignore[operator]
     with evaluating(model):
-        for step in range(max_new_tokens):
-            end = t + step  # positions filled so far
-            begin = 0 if cache is None or step == 0 else end - 1
-            if static is not None:
-                logits = (static.prefill(ids[:, :t], real[:, :t] if padded else None) if step == 0
-                          else static.step(ids[:, end - 1], end - 1))
-            else:
-                hidden = lm.features(ids[:, begin:end], attention_mask=real[:, :end] if padded else None,
-                                     cache=cache)
-                logits = lm.lm_head(hidden[:, -1])  # (B, V): the output layer on the last position, not the prompt
-            if processing is not None and processing.active:
-                logits = processing(logits, ids[:, :end], step, real[:, :end] if padded else None)
-            chosen, nxt = pick(logits, temperature, top_k, top_p, generator)  # (B, V), (B,)
-            if scores is not None:
-                scores.append(chosen)
-            if eos:
-                nxt = nxt.masked_fill(done, eos[0])
-                done |= ends(nxt, eos)
-            ids[:, end] = nxt
-            yield nxt
-            if eos and (step + 1) % every == 0 and bool(done.all()):  # the one read back, every `every` steps
-                break
+        yield from tokens(session, ids, mask, max_new_tokens,
+                          lambda logits: pick(logits, temperature, top_k, top_p, generator),
+                          eos=eos, pad=eos[0] if eos else 0, processing=processing, scores=scores,
+                          drawn=temperature > 0)
 
 
 def sample(
@@ -230,18 +187,14 @@ def sample(
         check_ids(prompt, 0, "prompt", values=False)  # (B, T) integers; the range is checked on the lists
     rows = prompt.tolist() if isinstance(prompt, Tensor) else [list(p) for p in prompt]
     check_prompts(model, rows, "prompt")
-    steps = list(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache,
-                        processing, scores, compile))
-    new = torch.stack(steps, dim=1).tolist()  # (B, n)
-    eos = set(end_ids(eos_id))
-    lengths = [next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n)) for n in new]  # up to each end
-    if scores is not None:  # the steps run past the last row's end are not returned
-        del scores[max(lengths):]
-    if isinstance(prompt, Tensor):  # the steps up to the last row's end (the stream may run a few past it)
-        width = max(lengths)
-        new = [n[:width] for n in new]
-        return torch.cat([prompt, torch.tensor(new, dtype=prompt.dtype, device=prompt.device)], dim=1)
-    return [p + n[:length] for p, n, length in zip(rows, new, lengths)]
+    eos = end_ids(eos_id)
+    new = generated(stream(model, rows, max_new_tokens, temperature, top_k, top_p, generator, eos_id, use_cache,
+                           processing, scores, compile), eos, scores)  # (B, n)
+    if isinstance(prompt, Tensor):
+        return torch.cat([prompt, new.to(prompt.device, prompt.dtype)], dim=1)
+    made = new.tolist()
+    lengths = [next((i + 1 for i, tok in enumerate(n) if tok in eos), len(n)) for n in made]  # up to each end
+    return [p + n[:length] for p, n, length in zip(rows, made, lengths)]
 
 
 def sample_seq2seq(
@@ -266,7 +219,7 @@ def sample_seq2seq(
     """
     check(temperature=temperature, top_k=top_k, top_p=top_p)
     return decode_with(model, src, lambda logits: pick(logits, temperature, top_k, top_p, generator),
-                       max_len, use_cache, processing, scores, compile)
+                       max_len, use_cache, processing, scores, compile, drawn=temperature > 0)
 
 
-__all__ = ["CachingModel", "check_prompts", "filter_logits", "next_token", "pick", "sample", "sample_seq2seq", "stream"]
+__all__ = ["check_prompts", "filter_logits", "left_padded", "next_token", "pick", "sample", "sample_seq2seq", "stream"]

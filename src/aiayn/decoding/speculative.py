@@ -18,8 +18,9 @@ drawn from normalize(max(p - q, 0)) instead, and when all K are accepted one mor
 Every token is then distributed as the model's own (their Appendix A.1), temperature, top-k and top-p applied
 to p and q alike.
 
-Each model keeps a key/value cache of a prefix of the sequence and is fed what it lacks; the positions of the
-rejected proposals are cropped from both (:meth:`~aiayn.layers.kv_cache.DecoderCache.crop`):
+Each model keeps a key/value cache of a prefix of the sequence in its decode session (``model.session()``, which
+feeds several tokens at once with ``extend`` and forgets positions with ``crop``) and is fed what it lacks; the
+positions of the rejected proposals are cropped from both:
 
     model:  cache = everything but the last token    fed: the last token + K proposals      (K + 1 positions)
     draft:  cache = the same, or one token less      fed: the missing tokens, then its proposals one at a time
@@ -36,17 +37,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from aiayn.decoding.greedy import evaluating
-from aiayn.decoding.sampling import CachingModel, Ends, check_prompts, end_ids, filter_logits
+from aiayn.decoding.loops import Ends, end_ids, evaluating
+from aiayn.decoding.sampling import check_prompts, filter_logits
 from aiayn.decoding.settings import check
-
-if TYPE_CHECKING:
-    from aiayn.layers.kv_cache import DecoderCache
 
 
 @dataclass
@@ -76,14 +74,15 @@ def probabilities(logits: Tensor, temperature: float, top_k: int | None, top_p: 
     return filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
 
 
-def propose(draft: CachingModel, cache: DecoderCache, seq: Tensor, n: int, k: int, temperature: float,
-            top_k: int | None, top_p: float | None, generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
-    """``k`` tokens the draft proposes after ``seq[:n]``, one step each: ``(K,)`` ids, and the ``(K, V)``
-    probabilities they were drawn from (``None`` for greedy, where each is the draft's most likely token)."""
+def propose(draft: Any, seq: Tensor, n: int, k: int, temperature: float, top_k: int | None, top_p: float | None,
+            generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
+    """``k`` tokens the draft's session ``draft`` proposes after ``seq[:n]``, one step each: ``(K,)`` ids, and the
+    ``(K, V)`` probabilities they were drawn from (``None`` for greedy, where each is the draft's most likely
+    token)."""
     tokens, probs = [], []
-    fed = seq[cache.length : n]  # what the draft's cache lacks: usually the last token, two after a full accept
+    fed = seq[draft.filled : n]  # what the draft's cache lacks: usually the last token, two after a full accept
     for _ in range(k):
-        logits = draft.lm_head(draft.features(fed[None], cache=cache)[:, -1])  # (1, V)
+        logits = draft.extend(fed[None])[:, -1]  # (1, V)
         if temperature == 0:
             token = logits.argmax(-1)  # (1,)
         else:
@@ -127,9 +126,8 @@ def verify(logits: Tensor, proposals: Tensor, q: Tensor | None, temperature: flo
 
 
 def vocab_size(net: nn.Module) -> int:
-    """``net.cfg.vocab_size``, or the rows of its output layer."""
-    size = getattr(getattr(net, "cfg", None), "vocab_size", None)
-    return int(size) if size is not None else cast(Tensor, cast(CachingModel, net).lm_head.weight).size(0)
+    """``net.cfg.vocab_size``."""
+    return int(cast(Any, net).cfg.vocab_size)
 
 
 def check_pair(model: nn.Module, draft: nn.Module) -> None:
@@ -148,29 +146,31 @@ def check_pair(model: nn.Module, draft: nn.Module) -> None:
         raise ValueError(f"draft is on {where[1]}, the model on {where[0]}: put both on one device")
 
 
-def decode_row(model: CachingModel, draft: CachingModel, prompt: Sequence[int], max_new_tokens: int, k: int,
+def decode_row(model: nn.Module, draft: nn.Module, prompt: Sequence[int], max_new_tokens: int, k: int,
                temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None,
                eos: tuple[int, ...], stats: SpeculativeStats, device: torch.device) -> list[int]:
     """The new tokens of one prompt (see the module's docstring), counting into ``stats``."""
     total = len(prompt) + max_new_tokens
     seq = torch.zeros(total, dtype=torch.long, device=device)  # (prompt + N,) the prompt, then what is made
     seq[: len(prompt)] = torch.as_tensor(list(prompt), dtype=torch.long)
-    cache = model.new_cache(total)
+    big: Any = model.session()  # type: ignore[operator]
+    small: Any = draft.session()  # type: ignore[operator]
+    big.reserve(total)
     try:
-        draft_cache = draft.new_cache(total)
+        small.reserve(total)
     except ValueError as e:
         raise ValueError(f"draft: {e}") from None
     n = len(prompt)  # tokens in seq
     while n < total:
         k_now = min(k, total - n - 1)  # a pass makes up to k_now + 1 tokens: never past max_new_tokens
-        proposals, q = propose(draft, draft_cache, seq, n, k_now, temperature, top_k, top_p, generator)  # (K,)
-        fed = torch.cat([seq[cache.length : n], proposals])  # the last token (the prompt at first), then K
-        hidden = model.features(fed[None], cache=cache)[0, fed.numel() - k_now - 1 :]  # (K + 1, C)
-        accepted, token = verify(model.lm_head(hidden), proposals, q, temperature, top_k, top_p, generator)
+        proposals, q = propose(small, seq, n, k_now, temperature, top_k, top_p, generator)  # (K,)
+        fed = torch.cat([seq[big.filled : n], proposals])  # the last token (the prompt at first), then K
+        logits = big.extend(fed[None], last=k_now + 1)[0]  # (K + 1, V)
+        accepted, token = verify(logits, proposals, q, temperature, top_k, top_p, generator)
         seq[n : n + accepted] = proposals[:accepted]
         seq[n + accepted] = token
-        cache.crop(n + accepted)  # everything kept but the token just added
-        draft_cache.crop(min(draft_cache.length, n + accepted))
+        big.crop(n + accepted)  # everything kept but the token just added
+        small.crop(min(small.filled, n + accepted))
         made = seq[n : n + accepted + 1].tolist()
         stats.proposed += k_now
         stats.accepted += accepted
@@ -229,10 +229,9 @@ def speculative(
     check(temperature=temperature, top_k=top_k, top_p=top_p)
     check_pair(model, draft)
     check_prompts(model, prompts)
-    lm, small = cast(CachingModel, model), cast(CachingModel, draft)
     eos, stats, device = end_ids(eos_id), SpeculativeStats(), next(model.parameters()).device
     with evaluating(model), evaluating(draft):
-        new = [decode_row(lm, small, p, max_new_tokens, num_assistant_tokens, temperature, top_k, top_p, generator,
+        new = [decode_row(model, draft, p, max_new_tokens, num_assistant_tokens, temperature, top_k, top_p, generator,
                           eos, stats, device) for p in prompts]
     return new, stats
 

@@ -23,7 +23,7 @@ fbgemm's kernel was chosen over the alternatives PyTorch ships (oneDNN's ``qline
 ``docs/kernels.md``. Creating the quantized weight tensor warns of deprecation in PyTorch 2.13; the kernel has
 no replacement that is as fast there, so the warning is silenced at that one call.
 
-In a compiled decode step (:mod:`aiayn.decoding.static`) each int8 product is one opaque operation,
+In a compiled decode step (:mod:`aiayn.layers.session`) each int8 product is one opaque operation,
 ``aiayn::int8_rows`` (:func:`opaque` registers the model's products): dynamo cannot trace fbgemm's packed
 weights, and the outlier test reads a value, which would break the graph at every product.
 

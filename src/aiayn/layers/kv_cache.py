@@ -20,15 +20,26 @@ copied, into a second pair of buffers that then changes places with the first. S
 positions of the draft tokens the model rejected with :meth:`DecoderCache.crop`: the length goes back, and the next
 append writes over them.
 
+The static kinds (:class:`StaticKVCache`) keep every shape fixed for a compiled step (gpt-fast's design): the
+buffers hold the whole generation from the start, and the new key and value are written at a column held in a
+tensor; a sliding window's buffers are a ring of W columns (column c at c mod W); beam search reads them through
+a table of rows (``rows``) instead of copying them; a server's slots write each row at its own column
+(``apart``). Their buffers come from a pool (:func:`buffers`), so a CUDA graph recorded over one generation
+replays over the next of the same shapes.
+
 Shapes: B batch (x beams), H heads, L max length, D head dim.
 """
 
 from __future__ import annotations
 
-from typing import cast
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 class KVCache:
@@ -159,4 +170,99 @@ class DecoderCache(list):
             layer.reorder(index, cross)
 
 
-__all__ = ["DecoderCache", "KVCache", "LayerCache"]
+class StaticKVCache:
+    """One self-attention layer's ``(B, H, L, D)`` key and value buffers; :meth:`append` writes each row's new
+    key and value ``(B, H, 1, D)`` at its column of ``index`` (a ``(B,)`` tensor shared by every layer) and returns
+    the whole buffers. Every row writes the same column (``index_copy_`` of one column: inductor writes it in
+    place), unless ``apart``: each row its own (a server's slots; indexed by row and column, not a scatter,
+    which inductor runs 3x slower). Within a step (:meth:`within`) it returns the first ``width`` columns, and
+    with ``rows`` ``(B, width)`` row b's column c is read from buffer row ``rows[b, c]`` (beam search's
+    hypotheses, reordered in that table instead of in the buffers)."""
+
+    def __init__(self, k: Tensor, v: Tensor, index: Tensor, apart: bool = False, width: int | None = None,
+                 rows: Tensor | None = None) -> None:
+        self.k, self.v, self.index, self.apart, self.width, self.rows = k, v, index, apart, width, rows
+
+    def within(self, width: int, rows: Tensor | None = None) -> StaticKVCache:
+        """The same buffers, :meth:`append` returning their first ``width`` columns only (those written so far,
+        rounded up to a bucket): what a step attends over; read through ``rows`` if given."""
+        return StaticKVCache(self.k, self.v, self.index, self.apart, width, rows)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.apart:  # row b's column index[b] (B, H, D): an index_put_, which inductor writes in place
+            rows = torch.arange(k.size(0), device=k.device)
+            self.k[rows, :, self.index] = k[:, :, 0]
+            self.v[rows, :, self.index] = v[:, :, 0]
+        else:  # a sliding window's buffers are a ring of W columns: column c is written at c mod W
+            at = self.index[:1] % self.k.size(2)
+            self.k.index_copy_(2, at, k)
+            self.v.index_copy_(2, at, v)
+        if self.width is None:
+            return self.k, self.v
+        k, v = self.k[:, :, : self.width], self.v[:, :, : self.width]  # (a view of all of them at full width)
+        if self.rows is None:
+            return k, v
+        columns = torch.arange(self.width, device=k.device)  # each hypothesis' column c from row rows[b, c]
+        return k[self.rows, :, columns].transpose(1, 2), v[self.rows, :, columns].transpose(1, 2)  # (B, H, W, D)
+
+
+class StaticLayer:
+    """What a decoder block reads of a static cache: ``self_attn``, and an encoder-decoder's cross-attention keys
+    and values, projected once (before the first step)."""
+
+    def __init__(self, self_attn: StaticKVCache, cross: tuple[Tensor, Tensor] | None = None) -> None:
+        self.self_attn, self.cross = self_attn, cross
+
+    def cross_kv(self, attn: nn.Module, memory: Tensor | None) -> tuple[Tensor, Tensor]:
+        assert self.cross is not None  # projected when the session began
+        return self.cross
+
+    def within(self, width: int, rows: Tensor | None) -> StaticLayer:
+        return StaticLayer(self.self_attn.within(width, rows), self.cross)
+
+
+# At most this many sets of freed buffers are kept for reuse (the most recently freed), whatever their shapes.
+KEEP = 4
+_kept: OrderedDict[tuple[Any, ...], list[list[Tensor]]] = OrderedDict()  # freed sets by their shapes, oldest first
+_kept_lock = threading.RLock()  # sessions are made and freed on a server's worker threads too; reentrant: a
+# collection while the lock is held may free a session, whose finalizer gives its set back on the same thread
+
+
+def buffers(owner: object, shapes: Sequence[tuple[int, ...]], dtype: torch.dtype,
+            device: torch.device) -> list[Tensor]:
+    """Zeroed key/value buffers of ``shapes`` for ``owner`` (a session), marked as static addresses, and taken
+    back for the next session of the same shapes when ``owner`` is collected (at most :data:`KEEP` sets kept).
+
+    A CUDA graph of the compiled step writes these at the addresses it was recorded with: a new generation of a
+    shape seen before gets the same memory and replays the graph (new memory would make it record again). Made
+    outside inference mode, so that a set made by a server's thread can be written by a plain ``no_grad`` call."""
+    key = (tuple(tuple(s) for s in shapes), dtype, torch.device(device))
+    with _kept_lock:
+        sets = _kept.get(key)
+        got = sets.pop() if sets else None
+        if sets is not None and not sets:
+            del _kept[key]
+    if got is None:
+        with torch.inference_mode(False):
+            got = [torch.zeros(s, dtype=dtype, device=device) for s in shapes]
+        for t in got:
+            torch._dynamo.mark_static_address(t, guard=False)  # not compiled again (nor kept alive) for another
+    else:
+        for t in got:
+            t.zero_()  # columns never written are masked out, but a NaN there would still reach the sum
+    weakref.finalize(owner, _give_back, key, got)
+    return got
+
+
+def _give_back(key: tuple[Any, ...], got: list[Tensor]) -> None:
+    with _kept_lock:
+        _kept.setdefault(key, []).append(got)
+        _kept.move_to_end(key)
+        while sum(len(v) for v in _kept.values()) > KEEP:
+            oldest = next(iter(_kept))
+            _kept[oldest].pop(0)
+            if not _kept[oldest]:
+                del _kept[oldest]
+
+
+__all__ = ["DecoderCache", "KVCache", "LayerCache", "StaticKVCache", "StaticLayer", "buffers"]

@@ -46,6 +46,8 @@ class Family:
         onnx: module with ``export(model, folder, opset) -> graphs``; ``None``: no ONNX export.
         blocks: its own block classes that :func:`aiayn.training.activations.checkpoint_blocks` recomputes,
             besides the shared :class:`~aiayn.layers.EncoderBlock` and :class:`~aiayn.layers.DecoderBlock`.
+        backbones: its own module classes whose parameters count as the ``"backbone"`` part in
+            :func:`aiayn.analysis.params.parameter_table` (DETR's ResNet).
         tokens_loss: its language-model losses count tokens (a GPT with head ``"lm"``, the encoder-decoder),
             so training reports FLOPs per token and MFU.
     """
@@ -61,6 +63,7 @@ class Family:
     counts: str | None = None
     onnx: str | None = None
     blocks: tuple[type[nn.Module], ...] = ()
+    backbones: tuple[type[nn.Module], ...] = ()
     tokens_loss: bool = False
 
     def __post_init__(self) -> None:

@@ -7,8 +7,9 @@
     model.save_pretrained("out", format="aiayn")     # our own model.safetensors with its config (aiayn.save)
 
 They are doors into what exists (:func:`aiayn.load`, :func:`aiayn.from_hf`, :func:`aiayn.save`,
-:func:`aiayn.convert.to_hf.to_hf`), mixed into each model class in one line. The model code still never
-imports conversion code: these methods import it when they are called, as ``GPT.generate`` imports decoding.
+:func:`aiayn.convert.to_hf.to_hf`), mixed into each model class in one line. Saved models are read and written
+here in ``models`` (:mod:`aiayn.models.checkpoint`). The model code still never imports conversion code: these
+methods import it when they are called, as ``GPT.generate`` imports decoding.
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ class PretrainedMixin:
             ValueError: ``source`` holds a model of another class (the message names ``source``, what it holds
                 and the class asked for); a ``model_type`` we do not convert; weights that do not fit the config.
         """
-        import aiayn
-        from aiayn.convert import hf_folder
+        from aiayn.convert import from_hf, hf_folder
 
         path = Path(source)
         if not path.exists():  # not a file or folder here: a model id
@@ -61,7 +61,7 @@ class PretrainedMixin:
         elif revision is not None:
             raise ValueError(f"revision={revision!r} names a version of a hub model, but {source} is a local path")
         if path.is_dir() and (path / "config.json").is_file():
-            model = aiayn.from_hf(path)
+            model = from_hf(path)
             held = f"a Hugging Face {_model_type(path)!r} model, which converts to our {type(model).__name__}"
         else:
             model = _load_run(path, cls)
@@ -95,9 +95,9 @@ class PretrainedMixin:
             raise ValueError(f"format={format!r}: expected one of {FORMATS}")
         model = cast("nn.Module", self)
         if format == "aiayn":
-            import aiayn
+            from aiayn.models.checkpoint import save
 
-            aiayn.save(model, Path(folder) / "model.safetensors")
+            save(model, Path(folder) / "model.safetensors")
             return Path(folder)
         from aiayn.convert.to_hf import to_hf
 
@@ -107,9 +107,8 @@ class PretrainedMixin:
 def _load_run(path: Path, asked: type) -> Any:
     """The aiayn model saved at ``path`` (a run folder or a ``.safetensors`` file), refused before its weights
     are read when its stored config is of another family than the class ``asked``."""
-    import aiayn
-    from aiayn.models import FAMILIES
-    from aiayn.training.checkpoint import saved_config, weights_path
+    from aiayn.models.checkpoint import load, saved_config, weights_path
+    from aiayn.models.registry import FAMILIES
 
     if path.is_dir() and not weights_path(path).is_file():
         raise FileNotFoundError(f"{path} holds neither config.json (a Hugging Face folder) nor model.safetensors "
@@ -119,14 +118,14 @@ def _load_run(path: Path, asked: type) -> Any:
     if not issubclass(held, asked):
         raise ValueError(f"{path} holds an aiayn {held.__name__}, not a {asked.__name__}; load it with "
                          f"{held.__name__}.from_pretrained or aiayn.load")
-    return aiayn.load(path)
+    return load(path)
 
 
 def _model_type(folder: Path) -> str | None:
     """The ``model_type`` the Hugging Face folder's ``config.json`` names (for a message)."""
-    from aiayn.convert.common import read_config
+    from aiayn.io import read_json
 
-    return read_config(folder).get("model_type")
+    return read_json(folder / "config.json", "a Hugging Face config").get("model_type")
 
 
 __all__ = ["FORMATS", "PretrainedMixin"]

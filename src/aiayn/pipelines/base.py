@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-import aiayn
+from aiayn.convert import from_hf
 from aiayn.models.registry import family_of, family_of_hf
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Pipeline:
 
     compile = False
     """Decoding (a language model's or a translation model's) over a static cache with a compiled step
-    (:mod:`aiayn.decoding.static`); ``pipeline(..., compile=True)`` sets it."""
+    (:mod:`aiayn.layers.session`); ``pipeline(..., compile=True)`` sets it."""
 
     def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
         if task not in METHODS:
@@ -248,7 +248,7 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         task: ``transformers``' task name (a key of :data:`METHODS`), checked against the folder's.
         model: the folder or model id, when the first argument names the task.
         compile: a language model or a translation model decodes over a static cache with a compiled step
-            (greedy, sampling and beams; the same text, faster once compiled: :mod:`aiayn.decoding.static`).
+            (greedy, sampling and beams; the same text, faster once compiled: :mod:`aiayn.layers.session`).
         dtype: the weights' dtype (``"bfloat16"``, ``"float16"``, ``"float32"``; default as saved), for a
             language model or a translation model (:func:`aiayn.pipelines.loading.to_dtype`): on a GPU half
             precision runs flash attention; on a CPU it pays only where the CPU has bfloat16 units.
@@ -285,12 +285,12 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
 
 def _load(source: str | os.PathLike, device: str | torch.device | None, quantize: str | None,
           weights: str | os.PathLike | None) -> Pipeline:
+    from aiayn.models.checkpoint import saved_config
     from aiayn.pipelines.detect import load_detector
     from aiayn.pipelines.embed import load_bert
     from aiayn.pipelines.lm import load_lm_run
     from aiayn.pipelines.loading import check_tokenizer, load_model, special_ids
     from aiayn.pipelines.translation import load_run
-    from aiayn.training.checkpoint import saved_config
 
     folder = Path(source)
     if not folder.exists():  # a Hugging Face model id, fetched into (or read offline from) its cache
@@ -343,13 +343,13 @@ def _hf_pipeline(folder: Path, run_on: dict[str, Any]) -> Pipeline:
     if task == "generate" and (folder / "tokenizer.json").is_file():
         from aiayn.data import load_tokenizer
 
-        model = ready(aiayn.from_hf(folder), **run_on)
+        model = ready(from_hf(folder), **run_on)
         return Pipeline("text-generation", model, folder, tok=load_tokenizer(folder / "tokenizer.json"))
     if task == "translate" and (folder / "source.spm").is_file():  # a Marian's SentencePiece files
         from aiayn.data.sentencepiece import marian_tokenizers
 
         src_tok, tgt_tok = marian_tokenizers(folder)
-        return Pipeline("translation", ready(aiayn.from_hf(folder), **run_on), folder, src_tok=src_tok,
+        return Pipeline("translation", ready(from_hf(folder), **run_on), folder, src_tok=src_tok,
                         tgt_tok=tgt_tok)
     model, tok, max_len = load_bert(folder, **run_on)  # anything else: refused unless a BERT
     return Pipeline("feature-extraction", model, folder, tok=tok, max_len=max_len)
@@ -376,8 +376,8 @@ def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
         ValueError: ``source`` holds an image model, or a model no pipeline runs.
     """
     from aiayn.data import load_tokenizer
+    from aiayn.models.checkpoint import saved_config
     from aiayn.pipelines.embed import bert_tokenizer
-    from aiayn.training.checkpoint import saved_config
 
     folder = Path(source)
     if not folder.exists():

@@ -80,12 +80,19 @@ def find_objects(detector: tuple[torch.nn.Module, list[str], int], image_path: s
                  threshold: float = 0.7) -> list[dict[str, Any]]:
     """The objects of one image whose class probability is above ``threshold``, most likely first, with a
     loaded :func:`load_detector`: ``[{"label", "name", "score", "box": [x0, y0, x1, y1] in pixels}]``."""
-    model, classes, size = detector
-    where = devices.of(model)
     original = load_image(image_path)  # (3, H, W) uint8
-    images, _, _ = collate_on([(load_image(image_path, size), {})], where)
-    found = postprocess(model(images), sizes=[cast("tuple[int, int]", tuple(original.shape[1:]))])[0]
-    found = devices.move(found, "cpu")
+    return objects(detector, load_image(image_path, detector[2]), cast("tuple[int, int]", tuple(original.shape[1:])),
+                   threshold)
+
+
+def objects(detector: tuple[torch.nn.Module, list[str], int], resized: torch.Tensor, size: tuple[int, int],
+            threshold: float) -> list[dict[str, Any]]:
+    """What :func:`find_objects` finds, from the image already resized for the model (``resized`` ``(3, h, w)``,
+    its longer side the run's image size) and the original's ``size`` ``(H, W)``, which the boxes are in (a
+    file's image, or a server's in memory)."""
+    model, classes, _ = detector
+    images, _, _ = collate_on([(resized, {})], devices.of(model))
+    found = devices.move(postprocess(model(images), sizes=[size])[0], "cpu")
     keep = found["scores"] > threshold
     detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
                    "box": [round(float(v), 1) for v in box]}
@@ -115,4 +122,4 @@ def _draw(image: torch.Tensor, detections: list[dict[str, Any]], path: Path) -> 
     plt.close(fig)
 
 
-__all__ = ["collate_on", "collated", "detect", "find_objects", "load_detector"]
+__all__ = ["collate_on", "collated", "detect", "find_objects", "load_detector", "objects"]

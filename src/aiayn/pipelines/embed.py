@@ -12,8 +12,8 @@ from typing import cast
 import torch
 from torch import Tensor
 
-import aiayn
-from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.data.wordpiece import WordPieceTokenizer, bert_tokenizer
+from aiayn.models import checkpoint
 from aiayn.models.bert import BERT, mean_pool
 from aiayn.pipelines.loading import check_tokenizer, no_weights, ready, special_ids
 from aiayn.training import device as devices
@@ -32,9 +32,11 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     """
     folder = Path(folder)
     if (folder / "config.json").is_file():
-        model = aiayn.from_hf(folder)
+        from aiayn.convert import from_hf
+
+        model = from_hf(folder)
     elif (folder / "model.safetensors").is_file():
-        model = aiayn.load(folder)
+        model = checkpoint.load(folder)
     elif (folder / "args.json").is_file():  # a run of ours that has written no weights yet
         raise no_weights(folder)
     else:
@@ -49,19 +51,6 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
     return cast(BERT, ready(model, device, quantize)), tok, max_len
-
-
-def bert_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer:
-    """The WordPiece tokenizer of a BERT run or Hugging Face folder: its ``tokenizer.json``, else ``vocab.txt``
-    (lowercasing unless ``tokenizer_config.json`` says ``do_lower_case: false``, as a cased BERT's does)."""
-    folder = Path(folder)
-    if (folder / "tokenizer.json").is_file():
-        return WordPieceTokenizer.load(folder / "tokenizer.json")
-    if (folder / "vocab.txt").is_file():
-        settings = folder / "tokenizer_config.json"
-        lower = json.loads(settings.read_text()).get("do_lower_case", True) if settings.is_file() else True
-        return WordPieceTokenizer.from_vocab(folder / "vocab.txt", lowercase=lower)
-    raise FileNotFoundError(f"{folder} holds neither tokenizer.json nor vocab.txt")
 
 
 def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,

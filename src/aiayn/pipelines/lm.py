@@ -158,7 +158,7 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
     Args:
         options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
             ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given).
-        compile: decoding over a static cache with a compiled step (:mod:`aiayn.decoding.static`; the same
+        compile: decoding over a static cache with a compiled step (:mod:`aiayn.layers.session`; the same
             text).
     """
     unknown = set(options) - set(DEFAULTS)

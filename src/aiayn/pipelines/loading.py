@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-import aiayn
 from aiayn.defaults import DTYPES as DTYPE_NAMES
+from aiayn.models import checkpoint
+from aiayn.models.checkpoint import weights_path
 from aiayn.training import device as devices
-from aiayn.training.checkpoint import weights_path
 
 QUANTIZE = (None, "int8")  # what `quantize` may be: float32 as saved, or int8 weights (CPU)
 # what `dtype` may be: float32 as saved, or half precision (on a GPU: flash attention's kernels; on a CPU without
@@ -75,7 +75,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device | None = None
     """
     if Path(path).is_dir() and not weights_path(path).is_file():
         raise no_weights(path)
-    model = aiayn.load(path)
+    model = checkpoint.load(path)
     if kinds and not isinstance(model, kinds):
         wanted = " or a ".join(k.__name__ for k in kinds)
         raise ValueError(f"{weights_path(path)} holds a {type(model).__name__}, but a {task} run's model is a "

@@ -17,16 +17,17 @@ from aiayn.data import (
 )
 from aiayn.decoding import beam_search, greedy
 from aiayn.decoding.settings import check, check_beams
+from aiayn.models.checkpoint import saved_config
 from aiayn.models.transformer import Transformer
 from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids
 from aiayn.training import device as devices
-from aiayn.training.checkpoint import saved_config
 
 
 def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, batch_size: int = 128,
                     compile: bool = False) -> list[str]:
     """Translate ``texts`` in batches of similar length; greedy for ``beam=1``, else beam search. The batches go to
-    ``model``'s device. ``compile``: over a static cache with a compiled step (:mod:`aiayn.decoding.static`)."""
+    ``model``'s device. ``compile``: over a static cache with a compiled step (the model's static session,
+    :mod:`aiayn.layers.session`)."""
     return [best[0] for best in n_best(model, src_tok, tgt_tok, texts, beam, 1, batch_size, compile)]
 
 

@@ -40,8 +40,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-import aiayn
 from aiayn.io import write_json
+from aiayn.models import checkpoint, config_to_dict, preset
 from aiayn.training import device, distributed, finetune
 from aiayn.training.budget import timing_updates, updates_in
 from aiayn.training.logging import check_logger
@@ -118,7 +118,7 @@ class RecipeConfig:
         check_logger(self.log)
         if not isinstance(self.model, dict):
             raise TypeError(f"model must be a dict of config fields, got {type(self.model).__name__}")
-        aiayn.preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
+        preset(self.preset, **self.model)  # an unknown preset or field is refused, naming it
 
     def warmup_for(self, total: int) -> int:
         """The updates of warm-up a run of ``total`` updates takes: ``warmup``, unless the run would end before
@@ -314,7 +314,7 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
 
     def after_update(step: int, history: list[dict[str, float]]) -> None:
         if step in plan["keep"]:  # every rank takes part (FSDP gathers), rank 0 writes
-            aiayn.save(task.model, folder / "checkpoints" / f"step{step}.safetensors")
+            checkpoint.save(task.model, folder / "checkpoints" / f"step{step}.safetensors")
         if (cfg.eval_every and step % cfg.eval_every == 0) or step == plan["total"]:
             with autocasting(where, options["autocast"]):  # validation runs in the precision training runs in
                 record = {"step": step, **task.validate(task.model)}
@@ -344,11 +344,11 @@ def run(cfg: RecipeConfig, recipe: type[Recipe], resume: str | os.PathLike | Non
     model = session.trained_model()  # rank 0: the whole model (gathered from the shards under FSDP)
     if model is None:  # the other ranks: rank 0 evaluates and writes the rest
         return {"run": folder, "history": history}
-    aiayn.save(model, folder)
+    checkpoint.save(model, folder)
     averaged = _write_average(folder, plan["keep"], say) if plan["keep"] else []
     result = task.finish(model, folder, session.validation)
     seconds = time.perf_counter() - t0
-    write_json(folder / "run.json", {"data": task.run_name, "config": aiayn.models.config_to_dict(model.cfg),
+    write_json(folder / "run.json", {"data": task.run_name, "config": config_to_dict(model.cfg),
                                      "settings": cfg.to_dict(), "steps": plan["total"], **result,
                                      **({"averaged_steps": averaged} if averaged else {}),
                                      "final_loss": history[-1]["loss"], "seconds": round(seconds, 1)})

@@ -21,10 +21,11 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data import BPETokenizer, collate, date_lines, load_tokenizer, read_text
 from aiayn.data.noising import NOISES, corrupt
 from aiayn.decoding import greedy
+from aiayn.models import build, preset
 from aiayn.recipes.base import Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, label_smoothed_loss, warmup_cosine
 from aiayn.training import device as devices
@@ -127,13 +128,13 @@ class Denoising(Recipe):
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
         assert tok.mask_id is not None  # trained with mask=True
         self.files = {"tokenizer.json": tok}
-        m = self.mcfg = aiayn.preset(cfg.preset, **{"src_vocab_size": tok.vocab_size, "tgt_vocab_size": tok.vocab_size,
-                                                    "pad_id": tok.pad_id, **cfg.model})
+        m = self.mcfg = preset(cfg.preset, **{"src_vocab_size": tok.vocab_size, "tgt_vocab_size": tok.vocab_size,
+                                              "pad_id": tok.pad_id, **cfg.model})
         if m.pad_id != tok.pad_id or tok.eos_id != m.eos_id:
             raise ValueError(f"preset {cfg.preset!r} must use the tokenizer's <pad> {tok.pad_id} and </s> {tok.eos_id}")
         if cfg.max_len >= m.max_len:
             raise ValueError(f"max_len={cfg.max_len} must be below the model's max_len={m.max_len} (room for </s>)")
-        self.model = aiayn.build(m)
+        self.model = build(m)
         self.train_docs = [d for d in (split_sentences(tok, line, cfg.max_len) for line in train_lines) if d]
         test_docs = [split_sentences(tok, line, cfg.max_len) for line in test_lines]
         fixed = np.random.default_rng((cfg.seed, 2**32 - 1))  # held-out noise: a stream no training batch uses
@@ -143,7 +144,7 @@ class Denoising(Recipe):
                              for i in range(0, len(self.held_out), 100)]
         say(f"data {self.run_name}: {len(self.train_docs):,} training lines, {len(test_docs):,} held out; BPE "
             f"{tok.vocab_size:,} with <mask>; noise {'+'.join(cfg.noises)} at {cfg.noise_ratio:.0%}")
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+        say(f"model {cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} updates of "
             f"{cfg.batch_size} lines")
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -21,9 +21,10 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data.detection import SHAPES, hflip, read_voc, shape_batches, synthetic_shapes
 from aiayn.evaluation.detection import average_precision
+from aiayn.models import build, preset
 from aiayn.models.config import override
 from aiayn.models.detr.boxes import cxcywh_to_xyxy
 from aiayn.models.detr.criterion import SetCriterion
@@ -104,13 +105,13 @@ class Detection(Recipe):
             say(f"data {self.run_name}: {len(self.train_set)} training images, {len(self.test)} validation; classes "
                 f"{self.classes}; {dropped + dropped_test} boxes without area dropped")
         self.files = {"classes.json": self.classes}
-        m = aiayn.preset(cfg.preset, **{"num_classes": len(self.classes), **cfg.model})
+        m = preset(cfg.preset, **{"num_classes": len(self.classes), **cfg.model})
         if m.num_queries < most and "num_queries" not in cfg.model:  # every object needs a query of its own
             m = override(m, num_queries=most + 10)
             say(f"up to {most} objects an image: {m.num_queries} object queries")
-        self.model = aiayn.build(m)
+        self.model = build(m)
         self.criterion = SetCriterion(m.num_classes, eos_coef=cfg.eos_coef)
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+        say(f"model {cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} updates of "
             f"{cfg.batch_size} images of {cfg.image_size} px")
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data.images import normalise, random_shift, read_images, synthetic_digits
 from aiayn.evaluation.classification import accuracy, confusion_matrix
+from aiayn.models import build, preset
 from aiayn.models.swin import Swin
 from aiayn.models.vit import ViT
 from aiayn.pipelines.image import classify, classify_images, pixel_norm, predict, prepare, read_image_file
@@ -129,13 +130,13 @@ class ImageClassification(Recipe):
         num_classes = int(max(self.train[1].max(), self.test[1].max())) + 1
         self.classes = [str(i) for i in range(num_classes)]
         self.files = {}
-        self.mcfg = aiayn.preset(cfg.preset, **{"in_channels": images.size(1), "num_classes": num_classes,
-                                                "image_size": images.size(-1), **cfg.model})
-        self.model = aiayn.build(self.mcfg)
+        self.mcfg = preset(cfg.preset, **{"in_channels": images.size(1), "num_classes": num_classes,
+                                          "image_size": images.size(-1), **cfg.model})
+        self.model = build(self.mcfg)
         self.run_name = f"{cfg.preset}-{self.data_name}"
         say(f"data {self.data_name}: {len(self.train[1]):,} training images, {len(self.test[1]):,} held out, "
             f"{tuple(images.shape[1:])} pixels, {num_classes} classes")
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+        say(f"model {cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} updates of "
             f"{cfg.batch_size} images")
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
+from aiayn.models import build, preset
 from aiayn.pipelines.lm import complete, generate, load_lm_run, stream_text
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
@@ -104,14 +105,14 @@ class LanguageModel(Recipe):
         if start is not None:
             self.mcfg = dataclasses.replace(start, **cfg.model)
         else:
-            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
+            self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
         if cfg.block > self.mcfg.max_len:
             raise ValueError(f"block={cfg.block} is longer than the model's max_len={self.mcfg.max_len}")
-        self.model = aiayn.build(self.mcfg)
+        self.model = build(self.mcfg)
         self.val_batches = lm_blocks(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
         say(f"data {self.run_name}: {self.train_ids.numel():,} training tokens, {val_ids.numel():,} held out "
             f"({kind}, vocabulary {tok.vocab_size:,})")
-        say(f"model {cfg.init_from or cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} "
+        say(f"model {cfg.init_from or cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} "
             f"updates of {cfg.batch_size} x {cfg.accum} blocks of {cfg.block} tokens")
 
     def optimizer(self) -> torch.optim.Optimizer:
@@ -136,7 +137,10 @@ class LanguageModel(Recipe):
         where = devices.of(model)
         total = sum(self.loss(model, devices.move(b, where))[0].item() for b in self.val_batches)
         loss = total / sum(b[1].numel() for b in self.val_batches)
-        return {"val_loss": loss, "perplexity": math.exp(loss)}
+        if not math.isfinite(loss):  # the last update made the weights NaN or infinite
+            raise FloatingPointError(f"the validation loss is {loss}: the weights diverged (lower the learning rate "
+                                     f"or clip harder)")
+        return {"val_loss": loss, "perplexity": math.exp(loss) if loss < 700 else math.inf}  # exp(710) overflows
 
     def describe(self, record: dict[str, float]) -> str:
         return f"validation loss {record['val_loss']:.3f}, perplexity {record['perplexity']:.2f}"

@@ -30,12 +30,13 @@ from typing import Any, ClassVar, cast
 import torch
 import torch.nn.functional as F
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data import make_pairs, read_text
 from aiayn.data.masking import IGNORE, mask_tokens
-from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.data.wordpiece import WordPieceTokenizer, bert_tokenizer
+from aiayn.models import build, preset
 from aiayn.models.bert import BERT
-from aiayn.pipelines.embed import bert_tokenizer, embed, embed_texts, load_bert
+from aiayn.pipelines.embed import embed, embed_texts, load_bert
 from aiayn.pipelines.loading import check_tokenizer, load_model, special_ids
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
@@ -216,11 +217,11 @@ class MaskedLM(Recipe):
         if start is not None:
             self.mcfg = dataclasses.replace(start, **{"head": head, **cfg.model})
         else:
-            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
-                                                    "cls_id": tok.cls_id, "sep_id": tok.sep_id,
-                                                    "mask_id": tok.mask_id, "max_len": cfg.max_len,
-                                                    "head": head, **cfg.model})
-        self.model = aiayn.build(self.mcfg)
+            self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, "pad_id": tok.pad_id,
+                                              "cls_id": tok.cls_id, "sep_id": tok.sep_id,
+                                              "mask_id": tok.mask_id, "max_len": cfg.max_len,
+                                              "head": head, **cfg.model})
+        self.model = build(self.mcfg)
         self.train_ex, test_ex = (encode(tok, pairs, min(cfg.max_len, self.mcfg.max_tokens), segments=cfg.nsp)
                                   for pairs in (train_pairs, test_pairs))
         eval_gen = torch.Generator().manual_seed(12345)
@@ -229,7 +230,7 @@ class MaskedLM(Recipe):
         self.n_test = len(test_ex)
         say(f"data {self.run_name}: {len(self.train_ex):,} training pairs, {len(test_ex):,} held out; WordPiece "
             f"{tok.vocab_size:,}")
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} updates of "
+        say(f"model {cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} updates of "
             f"{cfg.batch_size} pairs")
 
     def optimizer(self) -> torch.optim.Optimizer:

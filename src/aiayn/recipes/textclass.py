@@ -33,12 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data import load_tokenizer, make_pairs
 from aiayn.data.labelled import clean, read_labelled, split
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.evaluation.classification import accuracy, confusion_matrix, precision_recall
+from aiayn.models import build, preset
 from aiayn.models.bert import BertConfig
+from aiayn.models.checkpoint import load
 from aiayn.models.gpt import GPTConfig
 from aiayn.pipelines.textclass import (
     classify_texts,
@@ -117,7 +119,7 @@ class Config(RecipeConfig):
         super().__post_init__()
         positive(self, "n_examples", "vocab_size", "max_len", "batch_size", "lr")
         family = FAMILIES[self.model_type][0]
-        if not isinstance(aiayn.preset(self.preset), family):
+        if not isinstance(preset(self.preset), family):
             raise ValueError(f"preset={self.preset!r} is not a {self.model_type.upper()}; model_type="
                              f"{self.model_type!r} takes a {family.__name__} preset")
         if self.max_len < 3:
@@ -168,9 +170,9 @@ class TextClassification(Recipe):
         else:
             ids = {"eos_id": tok.sep_id} if gpt else {"cls_id": tok.cls_id, "sep_id": tok.sep_id,
                                                        "mask_id": tok.mask_id, "pad_id": tok.pad_id}
-            self.mcfg = aiayn.preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, "max_len": cfg.max_len,
-                                                    **head, **cfg.model})
-        self.model = aiayn.build(self.mcfg)
+            self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, "max_len": cfg.max_len,
+                                              **head, **cfg.model})
+        self.model = build(self.mcfg)
         if gpt and not self.mcfg.tie_output:  # the LM head of an untied GPT takes no part in classifying: it does
             self.model.lm_head.requires_grad_(False)  # not train, and DDP waits for no gradient of it
         max_len = min(cfg.max_len, longest(self.mcfg))
@@ -180,7 +182,7 @@ class TextClassification(Recipe):
         say(f"data {self.run_name}: {report['read']:,} texts, {report['duplicates']:,} copies and "
             f"{report['conflicting']:,} texts under two labels dropped; {len(train[0]):,} train, {len(val[0]):,} "
             f"validation, {len(test[0]):,} test; classes {self.classes}; {type(tok).__name__} {tok.vocab_size:,}")
-        say(f"model {cfg.init_from or cfg.preset}: {aiayn.count_parameters(self.model):,} parameters; {cfg.steps} "
+        say(f"model {cfg.init_from or cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} "
             f"updates of {cfg.batch_size} texts")
         self.report = report
 
@@ -210,7 +212,7 @@ class TextClassification(Recipe):
 
         chosen = min(validation, key=lambda r: r["val_loss"])
         if (folder / "best.safetensors").is_file():  # the weights chosen on validation
-            model = aiayn.load(folder / "best.safetensors").to(devices.of(model))
+            model = load(folder / "best.safetensors").to(devices.of(model))
         test = scores(predict(model, self.test_rows, self.pad_id), self.test_labels, self.classes)
         plot_confusion(torch.tensor(test["confusion"]), self.classes, folder / "confusion.png",
                        title=f"{self.run_name}: test accuracy {test['accuracy']:.1%}")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.data import (
     BPETokenizer,
     CharTokenizer,
@@ -39,6 +39,7 @@ from aiayn.data import (
 )
 from aiayn.data.synthetic import TASKS
 from aiayn.layers import record_attention, record_samples, reinforce_loss
+from aiayn.models import build, preset
 from aiayn.pipelines.loading import ready
 from aiayn.pipelines.translation import load_run as load_run  # here too, where it was before aiayn.pipelines
 from aiayn.pipelines.translation import translate, translate_texts
@@ -138,14 +139,14 @@ class Translation(Recipe):
                                 load_tokenizer(folder / "tgt_tokenizer.json"))
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
         self.files = {"src_tokenizer.json": src_tok, "tgt_tokenizer.json": tgt_tok}
-        self.mcfg = aiayn.preset(cfg.preset, **{"src_vocab_size": src_tok.vocab_size,
-                                                "tgt_vocab_size": tgt_tok.vocab_size, "share_embeddings": joint,
-                                                **cfg.model})
-        self.model = aiayn.build(self.mcfg)
+        self.mcfg = preset(cfg.preset, **{"src_vocab_size": src_tok.vocab_size,
+                                          "tgt_vocab_size": tgt_tok.vocab_size, "share_embeddings": joint,
+                                          **cfg.model})
+        self.model = build(self.mcfg)
         self.held_out = encode_pairs(self.test_pairs, src_tok, tgt_tok)
         say(f"data {self.run_name}: {len(self.train_pairs):,} training pairs, {len(self.test_pairs):,} held out; "
             f"e.g. {self.train_pairs[0][0]!r} -> {self.train_pairs[0][1]!r}")
-        say(f"model {cfg.preset}: {aiayn.count_parameters(self.model):,} parameters, {kind} vocabulary of "
+        say(f"model {cfg.preset}: {count_parameters(self.model):,} parameters, {kind} vocabulary of "
             f"{src_tok.vocab_size:,}{'' if joint else f' / {tgt_tok.vocab_size:,}'}; "
             f"{cfg.steps} updates of <= {cfg.max_tokens} x {cfg.accum} tokens")
 

@@ -38,23 +38,15 @@ def find_objects(detector: tuple[torch.nn.Module, list[str], int], image: Any,
     the same resizing (longer side to the run's image size, bilinear), model and post-processing."""
     from PIL import Image
 
-    from aiayn.models.detr.postprocess import postprocess
-    from aiayn.pipelines.detect import collate_on
-    from aiayn.training import device as devices
+    from aiayn.pipelines.detect import objects
 
-    model, classes, size = detector
+    size = detector[2]
     resized = image
     if max(image.size) != size:
         scale = size / max(image.size)
         resized = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                                Image.Resampling.BILINEAR)
-    images, _, _ = collate_on([(pixels(resized), {})], devices.of(model))
-    found = devices.move(postprocess(model(images), sizes=[(image.height, image.width)])[0], "cpu")
-    keep = found["scores"] > threshold
-    detections = [{"label": int(label), "name": classes[int(label)], "score": round(float(score), 4),
-                   "box": [round(float(v), 1) for v in box]}
-                  for label, score, box in zip(found["labels"][keep], found["scores"][keep], found["boxes"][keep])]
-    return sorted(detections, key=lambda d: -d["score"])
+    return objects(detector, pixels(resized), (image.height, image.width), threshold)
 
 
 __all__ = ["decode", "find_objects", "pixels"]

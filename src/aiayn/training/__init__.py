@@ -1,11 +1,11 @@
 """Losses, optimiser and schedule, the loop, a time budget, checkpoints, devices, activation checkpointing."""
 
 from aiayn.io import atomic_write, write_json, write_text
+from aiayn.models.checkpoint import load, save
 from aiayn.training import device, distributed
 from aiayn.training.activations import checkpoint_blocks
 from aiayn.training.average import average_checkpoints
 from aiayn.training.budget import timing_updates, updates_in
-from aiayn.training.checkpoint import load, save
 from aiayn.training.loop import fit
 from aiayn.training.losses import label_smoothed_loss
 from aiayn.training.schedule import adamw_cosine, decay_groups, noam_lr, noam_optimizer, warmup_cosine

@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from aiayn.io import atomic_write, digest
-from aiayn.training.checkpoint import covered_config, weights_path
+from aiayn.models.checkpoint import covered_config, weights_path
 
 
 def _header(file: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import aiayn
+from aiayn.models.checkpoint import load
 
 
 def source(path: str | os.PathLike, revision: str | None = None) -> nn.Module:
@@ -27,8 +27,10 @@ def source(path: str | os.PathLike, revision: str | None = None) -> nn.Module:
     (through :func:`aiayn.from_hf`)."""
     p = Path(path)
     if p.suffix == ".safetensors" or ((p / "model.safetensors").is_file() and not (p / "config.json").is_file()):
-        return aiayn.load(p)
-    return aiayn.from_hf(path, revision)
+        return load(p)
+    from aiayn.convert import from_hf
+
+    return from_hf(path, revision)
 
 
 def folder_of(path: str | os.PathLike, revision: str | None = None) -> Path:

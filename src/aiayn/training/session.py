@@ -32,10 +32,10 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-import aiayn
 from aiayn.io import write_json, write_text
+from aiayn.models.checkpoint import from_tensors, unique_tensors
+from aiayn.models.checkpoint import save as save_model
 from aiayn.training import device, distributed, fit, load_train_state, save_train_state
-from aiayn.training.checkpoint import from_tensors, unique_tensors
 from aiayn.training.logging import Logger, NoLogger, open_logger
 from aiayn.training.loop import Stopped
 
@@ -335,7 +335,7 @@ class Session:
         rank takes part, rank 0 writes)."""
         seen = [e["val_loss"] for e in self.validation if not math.isnan(e["val_loss"])]  # a NaN is never best
         if not math.isnan(record["val_loss"]) and (not seen or record["val_loss"] < min(seen)):
-            aiayn.save(self.model, self.folder / "best.safetensors")
+            save_model(self.model, self.folder / "best.safetensors")
         self.validation.append(record)
         if distributed.is_main():
             write_json(self.folder / "validation.json", self.validation)

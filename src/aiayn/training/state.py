@@ -52,8 +52,8 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from aiayn.io import atomic_write, check_digest, digest, write_json
+from aiayn.models.checkpoint import tied_names, unique_tensors
 from aiayn.training import distributed
-from aiayn.training.checkpoint import tied_names, unique_tensors
 
 STATE = "train_state.safetensors"
 SHARDED = "train_state"  # the folder a model sharded by FSDP saves its state into

@@ -84,13 +84,13 @@ def read_attention(source: str | os.PathLike, text: str, target: str | None = No
     """
     import torch
 
-    import aiayn
+    from aiayn.pipelines import pipeline
     from aiayn.training import device as devices
     from aiayn.viz.attention import attention_weights
 
     if not text.strip():
         raise ValueError("--text is empty: expected a sentence for the model to read")
-    p = aiayn.pipeline(source, device=device)
+    p = pipeline(source, device=device)
     model, parts = p.model, p.parts
     where = devices.of(model)
     if p.task == "translation":  # an encoder-decoder: a translation run, a denoising run (BART), a Marian

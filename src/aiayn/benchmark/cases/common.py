@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import aiayn
+from aiayn.analysis import count_parameters
+from aiayn.models import preset
 from aiayn.models.transformer import TransformerConfig
 
 TOLERANCE = 1e-4  # on logits, absolute and relative (float32, a few layers)
@@ -18,10 +19,10 @@ TOLERANCE = 1e-4  # on logits, absolute and relative (float32, a few layers)
 def small_transformer(quick: bool = False) -> TransformerConfig:
     """``transformer-base`` shrunk to d_model 256, d_ff 1024, 4 heads, 3+3 layers, vocabulary 8,000."""
     if quick:
-        return aiayn.preset("transformer-base", src_vocab_size=300, tgt_vocab_size=300, d_model=32, d_ff=64,
-                            n_heads=4, n_encoder_layers=1, n_decoder_layers=1, max_len=64)
-    return aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, d_ff=1024,
-                        n_heads=4, n_encoder_layers=3, n_decoder_layers=3)
+        return preset("transformer-base", src_vocab_size=300, tgt_vocab_size=300, d_model=32, d_ff=64,
+                      n_heads=4, n_encoder_layers=1, n_decoder_layers=1, max_len=64)
+    return preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, d_ff=1024,
+                  n_heads=4, n_encoder_layers=3, n_decoder_layers=3)
 
 
 def base_transformer(quick: bool = False) -> TransformerConfig:
@@ -29,12 +30,12 @@ def base_transformer(quick: bool = False) -> TransformerConfig:
     if quick:
         return dataclasses.replace(small_transformer(True), d_model=48, d_ff=96, n_encoder_layers=2,
                                    n_decoder_layers=2)
-    return aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000)
+    return preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000)
 
 
 def millions(model: nn.Module) -> str:
     """The parameter count of ``model`` in millions, for a case's ``what``: ``"7.6M"``."""
-    return f"{aiayn.count_parameters(model) / 1e6:.3g}M"
+    return f"{count_parameters(model) / 1e6:.3g}M"
 
 
 def describe(cfg: TransformerConfig) -> str:

@@ -19,10 +19,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-import aiayn
 from aiayn.benchmark.cases.common import describe, same, small_transformer
 from aiayn.benchmark.harness import Case, Side, Target
 from aiayn.benchmark.peers.hf import marian
+from aiayn.convert import from_hf
 from aiayn.decoding import beam_search, greedy
 from aiayn.models.transformer import Transformer, TransformerConfig
 
@@ -47,7 +47,7 @@ def translation(quick: bool, device: torch.device) -> Translation:
     batch, length, new = (3, 6, 6) if quick else (16, 24, 64)
     torch.manual_seed(0)
     hf: Any = marian(cfg, final_bias={cfg.eos_id: -1e4, cfg.pad_id: -1e4}).eval()
-    ours = aiayn.from_hf(hf).eval()
+    ours = cast(Transformer, from_hf(hf).eval())
     src = torch.randint(3, cfg.src_vocab_size, (batch, length))  # (B, S)
     return Translation(cfg, hf.to(device), ours.to(device), src.to(device), new)
 
@@ -55,7 +55,7 @@ def translation(quick: bool, device: torch.device) -> Translation:
 def decode(model: nn.Module, src: Tensor, beam: int, new: int, length_penalty: float, compile: bool = False) -> Tensor:
     """Ours: ``new`` tokens per sentence ``(B, N)``, greedy for ``beam=1``, else beam search ranking by
     ``logprob / len ** length_penalty`` (Hugging Face's and CTranslate2's normalisation); ``compile``: over the
-    static cache, the step compiled (:mod:`aiayn.decoding.static`)."""
+    static cache, the step compiled (:mod:`aiayn.layers.session`)."""
     if beam == 1:
         return greedy(model, src, max_len=new, compile=compile)
     ids = beam_search(model, src, beam=beam, length_penalty=length_penalty, max_len=new, normalize="length",

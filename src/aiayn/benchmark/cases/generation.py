@@ -29,10 +29,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-import aiayn
 from aiayn.benchmark.cases.common import millions, same
 from aiayn.benchmark.harness import Case, Side, Target, count_flops, memory_bandwidth
 from aiayn.benchmark.peers.hf import gpt2_hf
+from aiayn.convert import from_hf
 from aiayn.decoding import sample
 from aiayn.layers.positional import LearnedPositionalEmbedding
 from aiayn.models.gpt import GPT, PRESETS, GPTConfig
@@ -57,7 +57,7 @@ def generation(quick: bool, device: torch.device) -> Generation:
     hf: Any = gpt2_hf(quick).eval()
     hf.generation_config.eos_token_id = None
     hf.generation_config.pad_token_id = None
-    ours = aiayn.from_hf(hf).eval()
+    ours = cast(GPT, from_hf(hf).eval())
     prompt = torch.randint(0, ours.cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(0))
     return Generation(hf.to(device), ours.to(device), prompt.to(device), new)
 
@@ -173,7 +173,7 @@ def llama_124m_generate_b16(quick: bool, device: torch.device) -> Case:
 
 
 def compiled_case(name: str, what: str, g: Generation, peer: str, quick: bool) -> Case:
-    """Greedy generation over our static cache with the step compiled (:mod:`aiayn.decoding.static`) against
+    """Greedy generation over our static cache with the step compiled (:mod:`aiayn.layers.session`) against
     our eager decoding and ``g.hf.generate`` with Hugging Face's static cache and its forward compiled (its
     ``compile_config``, asked for on every device: the fair compiled peer). The compile times (each side's
     first call) are recorded; the harness's warm-up pays them before any round is timed."""

@@ -4,7 +4,7 @@
     decode-greedy-ort    decode-greedy's work    ours in ONNX (OnnxSeq2Seq), onnxruntime
     gpt2-generate-ort    gpt2-generate's work    ours in ONNX (OnnxGPT), onnxruntime
     decode-greedy-ort-compiled, gpt2-generate-ort-compiled
-                         the same, ours compiled (:mod:`aiayn.decoding.static`), against ours eager too
+                         the same, ours compiled (:mod:`aiayn.layers.session`), against ours eager too
 
 onnxruntime is optional, as CTranslate2 is (``pip install "aiayn[bench]"``): without it, or off the CPU, a case
 raises :class:`~aiayn.benchmark.harness.Unavailable` and ``aiayn bench`` skips it, saying why.

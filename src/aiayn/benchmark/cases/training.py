@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import aiayn
+from aiayn.analysis import count_parameters
 from aiayn.benchmark.cases.common import base_transformer, close, describe, millions, small_transformer
 from aiayn.benchmark.harness import Case, Side, Target
 from aiayn.benchmark.peers.hf import gpt2_hf, marian
 from aiayn.benchmark.peers.torch_transformer import TorchTransformer
+from aiayn.convert import from_hf
+from aiayn.models import build
 from aiayn.models.transformer import Transformer, TransformerConfig
 from aiayn.training.losses import label_smoothed_loss
 
@@ -53,7 +55,7 @@ def translation_training(name: str, cfg: TransformerConfig, batch: int, length: 
                          device: torch.device) -> Case:
     """One training step of ``cfg`` on ``batch`` pairs of ``length`` source and ``length`` target tokens."""
     torch.manual_seed(0)
-    ours = aiayn.build(cfg)
+    ours = build(cfg)
     peer = TorchTransformer(cfg)
     peer.load_ours(cast(Transformer, ours))  # built from a TransformerConfig
     hf = marian(cfg)
@@ -64,7 +66,7 @@ def translation_training(name: str, cfg: TransformerConfig, batch: int, length: 
     for model in (ours, peer, hf):
         model.eval()
     with torch.no_grad():
-        converted = aiayn.from_hf(hf).eval()
+        converted = from_hf(hf).eval()
         logits = ours(src, tgt)
         checks = {"torch.nn.Transformer": close("logits, our weights copied in (eval)", peer(src, tgt), logits)}
         marian_check = close("logits of ours carrying Marian's weights (from_hf, eval)", converted(src, tgt),
@@ -95,7 +97,7 @@ def translation_training(name: str, cfg: TransformerConfig, batch: int, length: 
             f"source and target tokens")
     return Case(name, what, sides, units=2 * batch * length, unit="tokens", checks=checks, target=target,
                 extra={"config": dataclasses.asdict(cfg), "batch": batch, "length": length,
-                       "parameters": aiayn.count_parameters(ours)})
+                       "parameters": count_parameters(ours)})
 
 
 def train_small(quick: bool, device: torch.device) -> Case:
@@ -114,7 +116,7 @@ def gpt2_train(quick: bool, device: torch.device) -> Case:
     the gradients must agree."""
     batch, length = (2, 16) if quick else (4, 256)
     hf = gpt2_hf(quick)
-    ours = aiayn.from_hf(hf)
+    ours: Any = from_hf(hf)  # a GPT
     v = ours.cfg.vocab_size
     ids = torch.randint(0, v, (batch, length), generator=torch.Generator().manual_seed(0))  # (B, T)
 

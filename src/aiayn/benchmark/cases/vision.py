@@ -7,13 +7,15 @@ same weights (ours converted with ``aiayn.from_hf``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-import aiayn
 from aiayn.benchmark.cases.common import close, millions
 from aiayn.benchmark.harness import Case, Side, Target
 from aiayn.benchmark.peers.hf import vision_hf
+from aiayn.convert import from_hf
 
 
 def vision_forward(name: str, preset: str, peer: str, quick: bool, device: torch.device) -> Case:
@@ -21,7 +23,7 @@ def vision_forward(name: str, preset: str, peer: str, quick: bool, device: torch
     batch = 2 if quick else 8
     torch.manual_seed(0)
     hf = vision_hf(preset).eval()
-    ours = aiayn.from_hf(hf).eval()
+    ours: Any = from_hf(hf).eval()  # a ViT or a Swin, by the preset
     hf, ours = hf.to(device), ours.to(device)
     cfg = ours.cfg
     images = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size, device=device)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import aiayn
+from aiayn.models import preset
 from aiayn.models.transformer import TransformerConfig
 
 
@@ -46,7 +46,7 @@ def vision_hf(name: str) -> nn.Module:
     """The Hugging Face image classifier with the sizes of our preset ``name`` (random weights)."""
     import transformers
 
-    cfg = aiayn.preset(name)
+    cfg = preset(name)
     if name.startswith("swin"):
         return transformers.SwinForImageClassification(transformers.SwinConfig(
             image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=cfg.in_channels, embed_dim=cfg.d_model,

@@ -1,4 +1,4 @@
-"""Closed-form parameter and multiply-add counts of ALBERT, in :mod:`aiayn.analysis.formulas`' conventions
+"""Closed-form parameter and multiply-add counts of ALBERT, in :mod:`aiayn.models.formulas`' conventions
 (one multiply-add per weight per position, attention scores over the full square).
 
 The shared layer is counted once for the parameters and N times for the multiply-adds (section 3.1): ALBERT
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiayn.analysis.formulas import Counts, encoder_layer, layer_norm, linear, table
 from aiayn.models.bert.counts import default_size, example
+from aiayn.models.formulas import Counts, encoder_layer, layer_norm, linear, table
 
 
 def count(cfg: Any, seq_len: int) -> Counts:

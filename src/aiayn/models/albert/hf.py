@@ -35,10 +35,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, attention, copy, hf_activation, label_names, linear, our_weights, split_attention
 from aiayn.models.albert.model import ALBERT, AlbertConfig
 from aiayn.models.bert.hf import ACTIVATIONS
+from aiayn.models.keys import (
+    Source,
+    attention,
+    copy,
+    hf_activation,
+    label_names,
+    linear,
+    load_converted,
+    our_weights,
+    split_attention,
+)
 
 LAYER = "encoder.albert_layer_groups.0.albert_layers.0"  # the one layer, shared
 # (ours, theirs) in the layer besides attention's projections

@@ -1,4 +1,4 @@
-"""Closed-form parameter and multiply-add counts of BERT, in :mod:`aiayn.analysis.formulas`' conventions
+"""Closed-form parameter and multiply-add counts of BERT, in :mod:`aiayn.models.formulas`' conventions
 (one multiply-add per weight per position, attention scores over the full square)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import Counts, encoder_layer, layer_norm, linear, table
+from aiayn.models.formulas import Counts, encoder_layer, layer_norm, linear, table
 
 
 def count(cfg: Any, seq_len: int) -> Counts:

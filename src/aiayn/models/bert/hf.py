@@ -30,19 +30,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import (
+from aiayn.models.bert.model import BERT, BertConfig
+from aiayn.models.keys import (
     Source,
     attention,
     copy,
     hf_activation,
     label_names,
     linear,
+    load_converted,
     our_weights,
     refuse,
     split_attention,
 )
-from aiayn.models.bert.model import BERT, BertConfig
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}

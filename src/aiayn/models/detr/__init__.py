@@ -6,10 +6,11 @@
     hf.py           Hugging Face DetrForObjectDetection         counts.py     parameters and multiply-adds
 """
 
+from aiayn.models.detr.backbone import ResNet
 from aiayn.models.detr.model import DETR, MLP, PRESETS, DetrConfig
 from aiayn.models.family import Family
 
 FAMILY = Family(name="detr", config=DetrConfig, model=DETR, presets=PRESETS, task="detect", inputs="image",
-                hf_types=("detr",), hf="aiayn.models.detr.hf", counts="aiayn.models.detr.counts")
+                hf_types=("detr",), hf="aiayn.models.detr.hf", counts="aiayn.models.detr.counts", backbones=(ResNet,))
 
 __all__ = ["DETR", "FAMILY", "MLP", "PRESETS", "DetrConfig"]

@@ -1,4 +1,4 @@
-"""Closed-form parameter and multiply-add counts of DETR, in :mod:`aiayn.analysis.formulas`' conventions
+"""Closed-form parameter and multiply-add counts of DETR, in :mod:`aiayn.models.formulas`' conventions
 (one multiply-add per weight per position, attention scores over the full square)."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import (
-    DETR_IMAGE_SIZE,
+from aiayn.models.formulas import (
     NONE,
     Counts,
     conv,
@@ -21,6 +20,10 @@ from aiayn.analysis.formulas import (
     resnet,
     table,
 )
+
+# DETR has no image_size field; its FLOPs are quoted for COCO images resized to a shorter side of 800
+# (800 x 1066 for COCO's usual 3:4 images).
+DETR_IMAGE_SIZE = (800, 1066)
 
 
 def count(cfg: Any, size: tuple[int, int]) -> Counts:
@@ -49,7 +52,7 @@ def count(cfg: Any, size: tuple[int, int]) -> Counts:
 
 
 def default_size(cfg: Any) -> tuple[int, int]:
-    """The image when none is given: COCO's usual 800 x 1066 (:data:`~aiayn.analysis.formulas.DETR_IMAGE_SIZE`)."""
+    """The image when none is given: COCO's usual 800 x 1066 (:data:`DETR_IMAGE_SIZE`)."""
     return DETR_IMAGE_SIZE
 
 
@@ -60,4 +63,4 @@ def example(model: nn.Module, size: tuple[int, int], batch: int) -> Callable[[],
     return lambda: model(images)
 
 
-__all__ = ["count", "default_size", "example"]
+__all__ = ["DETR_IMAGE_SIZE", "count", "default_size", "example"]

@@ -38,19 +38,19 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import (
+from aiayn.models.detr.model import DETR, DetrConfig
+from aiayn.models.keys import (
     Source,
     attention,
     copy,
     hf_activation,
     label_names,
     linear,
+    load_converted,
     our_weights,
     refuse,
     split_attention,
 )
-from aiayn.models.detr.model import DETR, DetrConfig
 from aiayn.models.transformer.hf import ACTIVATIONS
 
 BN = ("weight", "bias", "running_mean", "running_var")

@@ -28,20 +28,20 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import (
+from aiayn.models.bert.hf import ACTIVATIONS, SPECIALS, specials
+from aiayn.models.distilbert.model import DistilBERT, DistilBertConfig
+from aiayn.models.keys import (
     Source,
     attention,
     copy,
     hf_activation,
     label_names,
     linear,
+    load_converted,
     our_weights,
     refuse,
     split_attention,
 )
-from aiayn.models.bert.hf import ACTIVATIONS, SPECIALS, specials
-from aiayn.models.distilbert.model import DistilBERT, DistilBertConfig
 
 LAYER_NORM_EPS = 1e-12  # every LayerNorm of Hugging Face's DistilBERT, fixed in its code
 # (ours, theirs) per layer besides attention

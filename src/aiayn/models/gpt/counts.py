@@ -1,5 +1,5 @@
 """Closed-form parameter and multiply-add counts of GPT-2, GPT-3 and Llama, in
-:mod:`aiayn.analysis.formulas`' conventions (one multiply-add per weight per position, attention scores over
+:mod:`aiayn.models.formulas`' conventions (one multiply-add per weight per position, attention scores over
 the full square)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import NONE, Counts, attention, feed_forward, layer_norm, linear, table
+from aiayn.models.formulas import NONE, Counts, attention, feed_forward, layer_norm, linear, table
 
 
 def count(cfg: Any, seq_len: int) -> Counts:

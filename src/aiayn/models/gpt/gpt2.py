@@ -28,9 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, copy, hf_activation, label_names, linear, our_weights, refuse
 from aiayn.models.gpt.model import GPT, LLAMA_SWITCHES, GPTConfig
+from aiayn.models.keys import Source, copy, hf_activation, label_names, linear, load_converted, our_weights, refuse
 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}

@@ -14,10 +14,10 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.keys import refuse
 from aiayn.layers.feedforward import GATED
 from aiayn.models.gpt import gpt2, llama
 from aiayn.models.gpt.model import GPT, LLAMA_SWITCHES, GPTConfig
+from aiayn.models.keys import refuse
 
 
 def is_llama(cfg: GPTConfig) -> bool:

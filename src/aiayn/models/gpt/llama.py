@@ -29,10 +29,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, copy, fused, linear, our_weights, refuse
 from aiayn.models.gpt.gpt2 import gpt_ends, hf_ends
 from aiayn.models.gpt.model import GPT, GPTConfig
+from aiayn.models.keys import Source, copy, fused, linear, load_converted, our_weights, refuse
 
 # what our GPT must hold for Hugging Face's Llama to compute it: (field, value Llama has, why)
 LLAMA = [("positional", "rope", "Llama has rotary positions, no learned table"),

@@ -43,7 +43,9 @@ from aiayn.layers.embedding import check_ids
 from aiayn.layers.feedforward import ACTIVATIONS, GATED
 from aiayn.layers.linear import Linear
 from aiayn.layers.positional import rope_frequencies
+from aiayn.layers.session import Session
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.gpt.session import PackedSlots, Slots, SlotSession, make_session
 from aiayn.models.pretrained import PretrainedMixin
 
 if TYPE_CHECKING:  # decoding builds on the models
@@ -142,6 +144,11 @@ class GPTConfig:
                 raise ValueError(f"rope_scaling={self.rope_scaling!r}: {e}") from None
         elif self.rope_scaling is not None:
             raise ValueError(f"rope_scaling={self.rope_scaling!r} needs positional='rope', got {self.positional!r}")
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """``transformers``' name for what ``generate`` asks of a config: a language model continues its prompt."""
+        return False
 
     @property
     def kv_heads(self) -> int:
@@ -255,10 +262,23 @@ class GPT(PretrainedMixin, nn.Module):
         """
         check_ids(ids, self.cfg.vocab_size, values=False)  # the shape, before it is read; the values in the embedding
         position_ids, mask, is_causal, start = self.positions_and_mask(ids, attention_mask, cache)
+        return self.hidden(ids, position_ids=position_ids, start=start, mask=mask, is_causal=is_causal, caches=cache)
+
+    def hidden(self, ids: Tensor, *, position_ids: Tensor | None = None, start: int = 0, mask: Tensor | None = None,
+               is_causal: bool = True, caches: Any = None) -> Tensor:
+        """The embedding and the blocks on ids ``(B, T)`` whose positions and mask are already built (what
+        :meth:`features` builds with :meth:`positions_and_mask`; a decode session's step builds its own):
+        final hidden states ``(B, T, C)``.
+
+        Args:
+            position_ids: ``(B, T)``, or ``None``: ``start .. start + T - 1``.
+            mask: bool, ``True`` = may attend, as :meth:`positions_and_mask` gives it; ``None`` with ``is_causal``.
+            caches: one cache per block (a :class:`~aiayn.layers.DecoderCache` or a session's static layers).
+        """
         x = self.embed(ids, start=start, position_ids=position_ids)  # (B, T, C)
         t = ids.size(1)
         rotary = None if self.rotary is None else self.rotary(t, start, position_ids)  # (T, D) or (B, 1, T, D)
-        return self.decoder(x, self_mask=mask, is_causal=is_causal, caches=cache, rotary=rotary)  # (B, T, C)
+        return self.decoder(x, self_mask=mask, is_causal=is_causal, caches=caches, rotary=rotary)  # (B, T, C)
 
     def positions_and_mask(self, ids: Tensor, attention_mask: Tensor | None = None,
                            cache: DecoderCache | None = None) -> tuple[Tensor | None, Tensor | None, bool, int]:
@@ -352,6 +372,28 @@ class GPT(PretrainedMixin, nn.Module):
             kind = "rotary" if self.rotary is not None else "learned"
             raise ValueError(f"{max_len} positions exceed the model's {self.cfg.max_len} {kind} positions (max_len)")
         return DecoderCache(len(self.decoder.layers), max_len, self.cfg.attention_window)
+
+    def session(self, *, use_cache: bool = True, static: bool = False, compile: bool = False,
+                beams: bool = False) -> Session:
+        """A decode session (:mod:`aiayn.layers.session`; the prompt and the room for new tokens come with its
+        ``prefill``): the one way decoding runs this model (:mod:`aiayn.models.gpt.session`).
+
+        Args:
+            use_cache: keep keys and values (``False``: every step recomputes the prefix; the same tokens).
+            static: over static buffers, every step the same shapes; ``compile``: that step through
+                ``torch.compile`` (implies ``static``).
+            beams: the session serves beam search (a static one reorders rows in a table, not in its buffers).
+        """
+        return make_session(self, use_cache=use_cache, static=static, compile=compile, beams=beams)
+
+    def slots(self, slots: int, length: int | None = None, *, static: bool = False, compile: bool = False) -> Slots:
+        """A session of at most ``slots`` rows that requests join and leave (a server's continuous batching), each
+        of ``length`` positions at most (default ``max_len``): packed into one growing cache
+        (:class:`~aiayn.models.gpt.session.PackedSlots`), or with ``static`` (``compile``: its step compiled) in
+        fixed slots (:class:`~aiayn.models.gpt.session.SlotSession`)."""
+        if static or compile:
+            return SlotSession(self, slots, length, compile=compile)
+        return PackedSlots(self, slots, length)
 
 
 __all__ = ["GPT", "HEADS", "LLAMA_SWITCHES", "PRESETS", "GPTConfig"]

@@ -28,9 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, copy, linear, our_weights
 from aiayn.models.bert.hf import ACTIVATIONS, check_bidirectional, encoder_from_hf, encoder_to_hf, hf_config
+from aiayn.models.keys import Source, copy, linear, load_converted, our_weights
 from aiayn.models.roberta.model import RoBERTa, RobertaConfig
 
 HF_CLASSES = {"none": "RobertaModel", "mlm": "RobertaForMaskedLM", "classification": "RobertaForSequenceClassification"}

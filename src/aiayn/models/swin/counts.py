@@ -1,4 +1,4 @@
-"""Closed-form parameter and multiply-add counts of the Swin Transformer, in :mod:`aiayn.analysis.formulas`' conventions
+"""Closed-form parameter and multiply-add counts of the Swin Transformer, in :mod:`aiayn.models.formulas`' conventions
 (one multiply-add per weight per position, attention scores over the full square)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import (
+from aiayn.models.formulas import (
     NONE,
     Counts,
     conv,

@@ -29,9 +29,8 @@ from typing import Any
 
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, copy, fused, label_names, linear, our_weights, refuse, split_qkv
 from aiayn.layers.vision import relative_position_index
+from aiayn.models.keys import Source, copy, fused, label_names, linear, load_converted, our_weights, refuse, split_qkv
 from aiayn.models.swin.model import Swin, SwinConfig
 from aiayn.models.vit.hf import ACTIVATIONS, _square
 

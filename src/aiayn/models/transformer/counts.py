@@ -1,5 +1,5 @@
 """Closed-form parameter and multiply-add counts of the encoder-decoder Transformer and BART, in
-:mod:`aiayn.analysis.formulas`' conventions (one multiply-add per weight per position, attention scores over
+:mod:`aiayn.models.formulas`' conventions (one multiply-add per weight per position, attention scores over
 the full square)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import NONE, Counts, decoder_layer, encoder_layer, layer_norm, linear, scorer, table
+from aiayn.models.formulas import NONE, Counts, decoder_layer, encoder_layer, layer_norm, linear, scorer, table
 
 
 def count(cfg: Any, src_len: int, tgt_len: int | None = None) -> Counts:

@@ -37,9 +37,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import Source, attention, copy, hf_activation, linear, our_weights, refuse, split_attention
 from aiayn.layers.positional import sinusoidal_encoding
+from aiayn.models.keys import (
+    Source,
+    attention,
+    copy,
+    hf_activation,
+    linear,
+    load_converted,
+    our_weights,
+    refuse,
+    split_attention,
+)
 from aiayn.models.transformer.model import Transformer, TransformerConfig
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",

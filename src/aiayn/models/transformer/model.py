@@ -18,8 +18,10 @@ from aiayn.layers.embedding import POSITIONAL
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.layers.linear import Linear
 from aiayn.layers.scoring import SCORINGS, Scorer, make_scorer
+from aiayn.layers.session import Session
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.pretrained import PretrainedMixin
+from aiayn.models.transformer.session import make_session
 
 if TYPE_CHECKING:  # decoding builds on the models
     from aiayn.decoding.generate import GenerateOutput
@@ -95,6 +97,11 @@ class TransformerConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """``transformers``' name for what ``generate`` asks of a config: this one reads a source."""
+        return True
+
 
 PRESETS = {
     # Table 3, "base": N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; a shared 37,000-token BPE vocabulary (5.1).
@@ -167,12 +174,28 @@ class Transformer(PretrainedMixin, nn.Module):
                 f"got {tuple(memory.shape)}"
             )
         start = 0 if cache is None else cache.length
-        x = self.tgt_embed(tgt_ids, start=start)
         memory_mask = padding_mask(src_ids, self.cfg.pad_id)  # (B, 1, 1, S)
         # Targets are padded on the right, so the causal mask (section 3.2.3) already keeps every real
         # position from seeing padding; no target padding mask is needed. (Marian starts decoding with
         # the pad token itself, which a padding mask would wrongly hide.)
-        x = self.decoder(x, memory=memory, memory_mask=memory_mask, is_causal=True, caches=cache)  # (B, T, C)
+        return self.target(tgt_ids, memory=memory, memory_mask=memory_mask, start=start, caches=cache)
+
+    def target(self, tgt_ids: Tensor, *, memory: Tensor | None, memory_mask: Tensor, start: int = 0,
+               position_ids: Tensor | None = None, self_mask: Tensor | None = None, caches: Any = None) -> Tensor:
+        """The decoder side on target ids ``(B, T)`` whose masks are already built (what :meth:`decode` builds; a
+        decode session's step builds its own): logits ``(B, T, V)``.
+
+        Args:
+            memory: ``(B, S, C)``, or ``None`` where ``caches`` hold each layer's cross-attention keys and values.
+            memory_mask: ``(B, 1, 1, S)`` bool, ``True`` = may attend (the source's real tokens).
+            start, position_ids: the target positions, ``start ..`` or ``(B, T)``.
+            self_mask: bool, ``True`` = may attend, over the cached and new positions; ``None``: causal.
+            caches: one cache per block (a :class:`~aiayn.layers.DecoderCache` or a session's static layers).
+        """
+        positions = {} if position_ids is None else {"position_ids": position_ids}
+        x = self.tgt_embed(tgt_ids, start=start, **positions)  # (B, T, C)
+        x = self.decoder(x, memory=memory, self_mask=self_mask, memory_mask=memory_mask, is_causal=self_mask is None,
+                         caches=caches)  # (B, T, C)
         return self.generator(x)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
@@ -193,6 +216,13 @@ class Transformer(PretrainedMixin, nn.Module):
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for decoding up to ``max_len`` target positions."""
         return DecoderCache(len(self.decoder.layers), max_len)
+
+    def session(self, *, use_cache: bool = True, static: bool = False, compile: bool = False,
+                beams: bool = False) -> Session:
+        """A decode session (:mod:`aiayn.layers.session`): its ``prefill`` encodes the sources and feeds the start
+        token; the one way decoding runs this model (:mod:`aiayn.models.transformer.session`). Arguments as
+        :meth:`aiayn.models.GPT.session`'s."""
+        return make_session(self, use_cache=use_cache, static=static, compile=compile, beams=beams)
 
 
 __all__ = ["PRESETS", "Transformer", "TransformerConfig"]

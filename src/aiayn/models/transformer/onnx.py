@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from aiayn.convert.onnx import EXAMPLE, Past, cache_names, export_graph
+from aiayn.models.onnx import EXAMPLE, Past, cache_names, export_graph
 
 if TYPE_CHECKING:
     from aiayn.layers.attention import MultiHeadAttention

@@ -1,4 +1,4 @@
-"""Closed-form parameter and multiply-add counts of ViT, in :mod:`aiayn.analysis.formulas`' conventions
+"""Closed-form parameter and multiply-add counts of ViT, in :mod:`aiayn.models.formulas`' conventions
 (one multiply-add per weight per position, attention scores over the full square)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.analysis.formulas import NONE, Counts, conv, encoder_layer, layer_norm, linear
+from aiayn.models.formulas import NONE, Counts, conv, encoder_layer, layer_norm, linear
 
 
 def count(cfg: Any, size: tuple[int, int]) -> Counts:

@@ -33,8 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.convert.common import load_converted
-from aiayn.convert.keys import (
+from aiayn.models.keys import (
     Source,
     attention,
     copy,
@@ -42,6 +41,7 @@ from aiayn.convert.keys import (
     hf_activation,
     label_names,
     linear,
+    load_converted,
     our_weights,
     split_attention,
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.convert.onnx import EXAMPLE, export_graph
+from aiayn.models.onnx import EXAMPLE, export_graph
 
 if TYPE_CHECKING:
     from aiayn.models.vit.model import ViT
