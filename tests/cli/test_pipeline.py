@@ -222,3 +222,26 @@ def test_dtype_casts_a_decoding_model_and_refuses_what_it_cannot(runs, inputs, c
         aiayn.pipeline(runs["lm"], quantize="int8", dtype="bfloat16")
     with pytest.raises(ValueError, match="must be one of"):
         aiayn.pipeline(runs["lm"], dtype="float8")
+
+
+def test_the_pipelines_take_generates_lengths(runs, inputs):
+    """``max_length`` counts the prompt (a language model's) or the start token (a translation's), as ``generate``
+    counts it; ``max_new_tokens`` wins where both are given, as in ``transformers``."""
+    lm = aiayn.pipeline(runs["lm"])
+    tok = lm.parts["tok"]
+    prompt = "the 3rd of June"
+    n = len(tok.encode(prompt))
+    greedy = {"do_sample": False}
+    assert lm.generate(prompt, max_length=n + 5, **greedy) == lm.generate(prompt, max_new_tokens=5, **greedy)
+    assert lm.generate(prompt, max_length=n + 1, max_new_tokens=6, **greedy) == \
+        lm.generate(prompt, max_new_tokens=6, **greedy)
+    with pytest.raises(ValueError, match="max_length"):
+        lm.generate(prompt, max_length=n, **greedy)
+    p = aiayn.pipeline(runs["translation"])
+    texts = [s for s, _ in inputs["pairs"][:3]]
+    full = p.translate(texts)
+    cut = p.translate(texts, max_new_tokens=2)
+    ids = [p.parts["tgt_tok"].encode(t) for t in full]
+    assert any(len(i) > 2 for i in ids)  # the cut shows
+    assert [p.parts["tgt_tok"].encode(t) for t in cut] == [i[:2] for i in ids]  # greedy: the same first tokens
+    assert p.translate(texts, max_length=3) == cut

@@ -129,7 +129,7 @@ def test_serve_compile_on_the_gpu_gives_the_eager_tokens_without_skipped_graphs(
     """``aiayn serve --compile``'s worker (where starlette is installed): warmed and stepped on its thread, a row
     decodes what the eager slots decode, and no CUDA graph is skipped."""
     pytest.importorskip("starlette")
-    from aiayn.decoding import sample
+    from aiayn.decoding import GenerationConfig, sample
     from aiayn.pipelines.lm import Text
     from aiayn.serve.generation import ContinuousBatcher, Row
     from aiayn.serve.metrics import Metrics
@@ -147,7 +147,7 @@ def test_serve_compile_on_the_gpu_gives_the_eager_tokens_without_skipped_graphs(
                                length=32)
     worker.start()
     done, events = threading.Event(), []
-    row = Row(prompt=[5, 9, 12], budget=12, temperature=0.0, top_k=None, top_p=None, generator=None,
+    row = Row(prompt=[5, 9, 12], config=GenerationConfig(max_new_tokens=12), generator=None,
               text=Text(Ids(), []), send=lambda e: events.append(e) or (e[0] in ("done", "error") and done.set()))
     assert worker.submit([row]) and done.wait(300), events
     worker.stop(timeout=60)

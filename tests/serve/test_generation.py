@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decoding import sample
+from aiayn.decoding import GenerationConfig, sample
 from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Job, MicroBatcher, Waiting
 from aiayn.serve.generation import Batch, Row
@@ -28,7 +28,7 @@ class Chars:
 
 
 def row(prompt, budget, stop=(), tok=None, events=None):
-    return Row(prompt=list(prompt), budget=budget, temperature=0.0, top_k=None, top_p=None, generator=None,
+    return Row(prompt=list(prompt), config=GenerationConfig(max_new_tokens=budget), generator=None,
                text=Text(tok or Chars(), list(stop)), send=(events if events is not None else []).append)
 
 

@@ -128,11 +128,15 @@ class Pipeline:
                else {"label": r["label"], "score": r["score"]} for r in answers]
         return out[0] if one else out
 
-    def translate(self, texts: str | list[str], beam: int = 1,
-                  num_return_sequences: int = 1) -> str | list[str] | list[list[str]]:
+    def translate(self, texts: str | list[str], beam: int = 1, num_return_sequences: int = 1, *,
+                  max_new_tokens: int | None = None,
+                  max_length: int | None = None) -> str | list[str] | list[list[str]]:
         """Translations of ``texts`` (greedy, or beam search for ``beam > 1``), as ``aiayn translate`` gives;
         one text gives one translation, a list a list. ``num_return_sequences`` (at most ``beam``): the best beams
-        of each text, best first, as a list per text (``aiayn translate --n-best``)."""
+        of each text, best first, as a list per text (``aiayn translate --n-best``). ``max_new_tokens`` (or
+        ``max_length``, which counts the start token too, as ``generate``'s): the most target tokens (default the
+        source's length + 50, section 6.1)."""
+        from aiayn.decoding.config import GenerationConfig
         from aiayn.decoding.settings import check
         from aiayn.pipelines.translation import n_best
 
@@ -140,9 +144,14 @@ class Pipeline:
         check(num_beams=beam, num_return_sequences=num_return_sequences)
         if not 1 <= num_return_sequences <= beam:
             raise ValueError(f"num_return_sequences must be between 1 and beam={beam}, got {num_return_sequences}")
+        if max_new_tokens is None and max_length is not None:  # transformers': max_new_tokens wins when both are
+            GenerationConfig(max_length=max_length)  # an integer >= 1, or refused by name
+            if max_length < 2:
+                raise ValueError(f"max_length={max_length} counts the start token: no room for a new one")
+            max_new_tokens = max_length - 1
         out = n_best(self.model, self._parts["src_tok"], self._parts["tgt_tok"],
                      [texts] if isinstance(texts, str) else list(texts), beam, num_return_sequences,
-                     compile=self.compile)
+                     compile=self.compile, max_new_tokens=max_new_tokens)
         if num_return_sequences > 1:
             return out[0] if isinstance(texts, str) else out
         return out[0][0] if isinstance(texts, str) else [best[0] for best in out]

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from aiayn.data import load_tokenizer
 from aiayn.decoding import sample, stream
+from aiayn.decoding.config import GenerationConfig
 from aiayn.decoding.generate import generate as generate_ids
 from aiayn.decoding.generate import sampling_options
 from aiayn.decoding.processing import Processing
@@ -120,16 +121,24 @@ def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device 
     yield from stream_text(model, tok, prompt, **options)
 
 
-def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool) -> tuple[list[int], int]:
+def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
+                max_length: int | None = None) -> tuple[list[int], int]:
     """The ids of ``prompt`` (the end-of-text token for an empty one) and the new tokens to make: ``max_new_tokens``
     when ``asked`` (refused when the prompt and they pass the model's positions, as the server refuses them: never
-    fewer tokens than asked without a word), else the default cut to the room the model has."""
+    fewer tokens than asked without a word), else ``max_length`` less the prompt where given (``transformers``'
+    meaning: ``max_new_tokens`` wins when both are), else the default cut to the room the model has."""
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
     room = model.cfg.max_len - len(ids)
     if room < 1:
         raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
+    if max_length is not None and not asked:
+        GenerationConfig(max_length=max_length)  # an integer >= 1, or refused by name
+        if max_length <= len(ids):
+            raise SettingError("max_length", f"is {max_length}, which counts the prompt's {len(ids)} tokens: no room "
+                                             f"for a new one (pass max_new_tokens)")
+        max_new_tokens, asked = max_length - len(ids), True
     if asked and max_new_tokens > room:
         raise SettingError("max_new_tokens", f"is {max_new_tokens}, but the prompt is {len(ids)} tokens and the "
                                              f"model reads at most {model.cfg.max_len} positions: at most {room}")
@@ -157,16 +166,19 @@ def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = No
 
     Args:
         options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
-            ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given).
+            ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given), ``max_length``
+            (the prompt and the new tokens, as ``generate`` counts it).
         compile: decoding over a static cache with a compiled step (:mod:`aiayn.layers.session`; the same
             text).
     """
+    max_length = options.pop("max_length", None)
     unknown = set(options) - set(DEFAULTS)
     if unknown:
-        raise TypeError(f"unknown generation options {sorted(unknown)}; they are {sorted(DEFAULTS)}, stop, seed, "
-                        f"num_return_sequences, num_beams")
+        raise TypeError(f"unknown generation options {sorted(unknown)}; they are {sorted(DEFAULTS)}, max_length, "
+                        f"stop, seed, num_return_sequences, num_beams")
     o = _checked(options, seed, num_beams=num_beams, num_return_sequences=num_return_sequences)
-    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"], "max_new_tokens" in options) for p in prompts]
+    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"], "max_new_tokens" in options, max_length)
+               for p in prompts]
     n = num_return_sequences
     settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id,
                 "compile": compile}
@@ -199,12 +211,13 @@ def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed:
                 compile: bool = False, **options: Any) -> Iterator[str]:
     """:func:`generate` with a loaded ``model`` and tokenizer ``tok``: the continuation of ``prompt``, piece by
     piece, whole characters only (``options``: those of :func:`continuations` but beams and several sequences)."""
+    max_length = options.pop("max_length", None)
     unknown = set(options) - set(DEFAULTS)
     if unknown:
-        raise TypeError(f"unknown generation options {sorted(unknown)}; streaming takes {sorted(DEFAULTS)}, stop, "
-                        f"seed")
+        raise TypeError(f"unknown generation options {sorted(unknown)}; streaming takes {sorted(DEFAULTS)}, "
+                        f"max_length, stop, seed")
     o = _checked(options, seed)
-    ids, room = _prompt_ids(model, tok, prompt, o["max_new_tokens"], "max_new_tokens" in options)
+    ids, room = _prompt_ids(model, tok, prompt, o["max_new_tokens"], "max_new_tokens" in options, max_length)
     processing = Processing(o["repetition_penalty"], o["no_repeat_ngram_size"], o["min_new_tokens"] or 0,
                             () if tok.eos_id is None else (tok.eos_id,))
     chosen = sampling_options(o["do_sample"], o["temperature"], o["top_k"], o["top_p"])

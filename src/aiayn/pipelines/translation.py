@@ -32,11 +32,12 @@ def translate_texts(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, ba
 
 
 def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
-           batch_size: int = 128, compile: bool = False) -> list[list[str]]:
+           batch_size: int = 128, compile: bool = False, max_new_tokens: int | None = None) -> list[list[str]]:
     """The ``n`` best translations of each text, best first (beam search's ``n`` best beams, ``n <= beam``);
     :func:`translate_texts` is ``n=1``. ``compile``: as :func:`translate_texts`' (each batch shape compiles once:
-    the batches are sorted by length, so a new length is a new shape)."""
-    check(num_beams=beam, num_return_sequences=n)
+    the batches are sorted by length, so a new length is a new shape). ``max_new_tokens``: the most target tokens
+    (default the source's length + 50, section 6.1)."""
+    check(num_beams=beam, num_return_sequences=n, max_new_tokens=max_new_tokens)
     check_beams(beam, model.cfg.tgt_vocab_size)
     if not 1 <= n <= beam:
         raise ValueError(f"n_best must be between 1 and the beam size {beam}, got {n}")
@@ -51,8 +52,9 @@ def n_best(model, src_tok, tgt_tok, texts: list[str], beam: int = 1, n: int = 1,
         idx = order[i : i + batch_size]
         src, _, _ = seq2seq_batch([(texts[j], "") for j in idx], src_tok, tgt_tok)
         src = devices.move(src, where)
-        ids = (greedy(model, src, compile=compile) if beam == 1
-               else beam_search(model, src, beam=beam, num_return_sequences=n, compile=compile))
+        ids = (greedy(model, src, max_new_tokens, compile=compile) if beam == 1
+               else beam_search(model, src, beam=beam, max_len=max_new_tokens, num_return_sequences=n,
+                                compile=compile))
         assert isinstance(ids, torch.Tensor)  # the tokens alone: no return_scores
         rows = ids.tolist()  # (len(idx) * n) rows, each text's n together
         for k, j in enumerate(idx):

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from aiayn.decoding.config import GenerationConfig
 from aiayn.decoding.settings import SettingError, check_beams
 from aiayn.defaults import MAX_WAIT_MS, SERVING
 from aiayn.pipelines.base import METHODS, Pipeline
@@ -262,8 +263,10 @@ class _Server:
             encoded.append(ids)
         loop, events = asyncio.get_running_loop(), asyncio.Queue[tuple[int, Event]]()
         device = next(self.pipe.model.parameters()).device
-        rows = [Row(prompt=ids, budget=req.max_tokens, temperature=req.temperature, top_k=req.top_k or None,
-                    top_p=req.top_p if req.top_p < 1 else None,
+        config = GenerationConfig(max_new_tokens=req.max_tokens, do_sample=req.temperature > 0,
+                                  temperature=req.temperature if req.temperature > 0 else 1.0, top_k=req.top_k,
+                                  top_p=req.top_p)  # the request's settings, once (checked by the schema)
+        rows = [Row(prompt=ids, config=config,
                     generator=None if req.seed is None else torch.Generator(device).manual_seed(req.seed),
                     text=Text(tok, req.stop), send=partial(_post, loop, events, i))
                 for i, ids in enumerate(encoded)]

@@ -26,7 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from aiayn.decoding.config import GenerationConfig
+from aiayn.decoding.generate import sampling_options
 from aiayn.decoding.sampling import check_prompts, next_token
+from aiayn.defaults import HF_NEW_TOKENS
 from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Worker
 from aiayn.serve.metrics import Metrics
@@ -40,18 +43,16 @@ class Row:
 
     Args:
         prompt: its token ids (at least one).
-        budget: new tokens it may make (prompt + budget <= the model's ``max_len``).
-        temperature: 0 for greedy decoding; else sampling, with ``top_k`` (``None``: all) and ``top_p``
-            (``None``: all) and ``generator`` (seeded, or ``None``: torch's global one).
+        config: how to continue it (:class:`~aiayn.decoding.config.GenerationConfig`: ``max_new_tokens``, its
+            budget (prompt + budget <= the model's ``max_len``); greedy decoding, or sampling with
+            ``temperature``, ``top_k`` and ``top_p``), built once from the request.
+        generator: seeded, or ``None``: torch's global one (sampling).
         text: its :class:`~aiayn.pipelines.lm.Text` (the tokenizer and the stop strings).
         send: called on the worker thread with each :data:`Event` of this row.
     """
 
     prompt: list[int]
-    budget: int
-    temperature: float
-    top_k: int | None
-    top_p: float | None
+    config: GenerationConfig
     generator: torch.Generator | None
     text: Text
     send: Callable[[Event], None]
@@ -63,6 +64,11 @@ class Row:
     @property
     def done(self) -> bool:
         return self.finish is not None or self.cancelled
+
+    @property
+    def budget(self) -> int:
+        """New tokens it may make: its config's ``max_new_tokens``."""
+        return self.config.max_new_tokens or HF_NEW_TOKENS
 
     @property
     def cached(self) -> int:
@@ -149,8 +155,9 @@ class Batch:
         that ends leaves its slot."""
         tokens = logits.argmax(-1)  # (B,)
         for i, r in enumerate(rows):
-            if r.temperature > 0:
-                tokens[i] = next_token(logits[i : i + 1], r.temperature, r.top_k, r.top_p, r.generator)[0]
+            if r.config.do_sample:
+                options = sampling_options(True, r.config.temperature, r.config.top_k, r.config.top_p)
+                tokens[i] = next_token(logits[i : i + 1], generator=r.generator, **options)[0]
         for r, token in zip(rows, tokens.tolist()):
             r.take(token, self.ends)
             if r.done:
