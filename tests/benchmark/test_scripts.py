@@ -495,3 +495,11 @@ def test_serve_load_quick_serves_every_request(tmp_path, mode):
         levels = [lv for kind in ("lm", "translation") for lv in result[kind]["by_clients"].values()]
         assert set(result["targets"]) == {"lm", "translation"}
     assert levels and all(lv["failed"] == 0 and lv["requests"] > 0 for lv in levels)
+
+
+def test_session_speed_quick_times_a_case_from_both_trees(tmp_path):
+    out = run_script("session_speed", "--quick", "--out", tmp_path / "r", cwd=tmp_path)
+    assert "before/after" in out
+    result = json.loads((tmp_path / "r" / "session_speed.json").read_text())
+    case = result["cases"]["llama-tiny-b16"]
+    assert case["rounds"] == 1 and case["before_s"] > 0 and case["after_s"] > 0 and "cpu" in result["machine"]
