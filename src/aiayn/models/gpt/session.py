@@ -18,6 +18,7 @@ V vocabulary, S slots.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import torch
@@ -206,7 +207,7 @@ class StaticGPTSession(StaticSession):
         return model.lm_head(hidden[:, -1])
 
 
-class Slots:
+class Slots(abc.ABC):
     """What a server's continuous batching calls (:mod:`aiayn.serve.generation`): rows join free slots
     (:meth:`join`: their prompts prefilled), every :meth:`step` feeds each decoding slot its next token, and a row
     that ends frees its slot (:meth:`leave`). ``slots`` rows decode together at most, each of at most ``length``
@@ -244,6 +245,7 @@ class Slots:
     def warm(self) -> None:
         """Run what a compiled step compiles now, not at the first request (nothing here); call it on the thread
         that will step."""
+        return  # an eager session compiles nothing
 
     def leave(self, slot: int) -> None:
         """The row in ``slot`` ended (or was abandoned): the slot is free."""
@@ -258,11 +260,13 @@ class Slots:
             self.cached[slot] += 1
         return logits
 
+    @abc.abstractmethod
     def _join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
-        raise NotImplementedError
+        """Prefill ``prompts`` into ``slots`` (taken from :attr:`free`); their last positions' logits ``(n, V)``."""
 
+    @abc.abstractmethod
     def _step(self, slots: list[int], tokens: list[int]) -> Tensor:
-        raise NotImplementedError
+        """Feed ``slots`` their ``tokens``; their logits ``(n, V)``, in that order."""
 
     def _left_padded(self, prompts: list[list[int]]) -> tuple[Tensor, Tensor, bool]:
         """``prompts`` as one batch ``(n, P)`` padded on the left, its mask, and whether any row is padded."""
