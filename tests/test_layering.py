@@ -102,6 +102,16 @@ def test_models_import_neither_training_nor_analysis(graph):
     assert not wrong, _show(wrong)
 
 
+def test_the_doors_are_three_each_made_in_one_place(graph):
+    """The upward imports made on purpose, inside a function: a model's generate (decoding), from/save_pretrained
+    (convert), and ``aiayn viz`` reading a run through its pipeline; the issue's ceiling is 3."""
+    _, edges = graph
+    made = {(i.source, g.package_of(i.target)) for i in g.doors(edges)}
+    assert made == {("aiayn.models.pretrained", "decoding"), ("aiayn.models.pretrained", "convert"),
+                    ("aiayn.viz.files", "pipelines")}, _show(g.doors(edges))
+    assert len(g.doors(edges)) == 3, _show(g.doors(edges))
+
+
 def test_decoding_imports_no_model(graph):
     """Not even when called: a model's generate imports decoding (a door), never the other way."""
     _, edges = graph

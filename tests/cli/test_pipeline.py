@@ -245,3 +245,25 @@ def test_the_pipelines_take_generates_lengths(runs, inputs):
     assert any(len(i) > 2 for i in ids)  # the cut shows
     assert [p.parts["tgt_tok"].encode(t) for t in cut] == [i[:2] for i in ids]  # greedy: the same first tokens
     assert p.translate(texts, max_length=3) == cut
+
+
+def test_the_text_generation_pipeline_takes_generates_options(runs):
+    """A ``generation_config`` and any of its fields, as ``generate`` takes them: the text of ``generate`` on the
+    same ids; a keyword wins over the config's field; a name ``generate`` does not take is refused by name."""
+    lm = aiayn.pipeline(runs["lm"])
+    tok = lm.parts["tok"]
+    prompt = "the 3rd of June"
+    beams = aiayn.GenerationConfig(num_beams=3, num_return_sequences=2, length_penalty=0.0, max_new_tokens=6)
+    got = lm.generate(prompt, generation_config=beams)
+    ids = torch.tensor([tok.encode(prompt)])
+    out = lm.model.generate(ids, generation_config=beams, eos_token_id=tok.eos_id).tolist()
+    new = [row[ids.size(1):] for row in out]
+    want = [tok.decode(r[:r.index(tok.eos_id)] if tok.eos_id in r else r) for r in new]
+    assert got == want and len(got) == 2
+    greedy = aiayn.GenerationConfig(do_sample=False, max_new_tokens=5)
+    assert lm.generate(prompt, generation_config=greedy) == lm.generate(prompt, do_sample=False, max_new_tokens=5)
+    assert lm.generate(prompt, generation_config=greedy, max_new_tokens=2) == \
+        lm.generate(prompt, do_sample=False, max_new_tokens=2)
+    assert lm.generate(prompt, generation_config=beams, num_return_sequences=1) == got[0]  # one text, not a list
+    with pytest.raises(TypeError, match="stop_sequence"):
+        lm.generate(prompt, stop_sequence="x")

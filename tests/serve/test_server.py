@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import aiayn
+from aiayn.pipelines.base import Pipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -103,7 +104,7 @@ def test_32_concurrent_clients_get_the_texts_of_32_sequential_calls(runs, serve,
 
             return await asyncio.gather(*(one(i, *a) for i, a in enumerate(asks)))
 
-    p.compile = compiled
+    p = Pipeline(p.task, p.model, p.source, compile=compiled, **p.parts)
     with serve(p, max_batch=8, max_wait_ms=5, max_len=64 if compiled else None) as (url, _):  # slots of 64 columns
         got = asyncio.run(clients(url))
         if compiled:  # what would not fit a slot is refused, naming the field
@@ -219,7 +220,7 @@ def test_translations_answer_what_the_pipeline_translates(runs, serve):
     p = aiayn.pipeline(runs["translation"], device="cpu", compile=True)
     with pytest.raises(ValueError, match="serve it without compile"):  # batches of every shape: not compiled
         serve(p).__enter__()
-    p.compile = False
+    p = Pipeline(p.task, p.model, p.source, **p.parts)
     texts = ["abc def", "hello there", "x"]
     with serve(p, max_wait_ms=20) as (url, _), httpx.Client(base_url=url, timeout=30) as c:
         for beam in (1, 3):

@@ -364,8 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.n_best > args.beam:
                 parser.error(f"--n-best {args.n_best} needs a beam at least as wide (--beam {args.beam})")
             texts = _texts(parser, args, args.text)
-            p = _pipeline("translate", args.run, _run_on(args))
-            p.compile = args.compile
+            p = _pipeline("translate", args.run, _run_on(args), compile=args.compile)
             _cast(p.model, args)
             show = args.output is not None or args.input is not None
             hyps = [h for b in _batches(texts, args.batch_size, show)
@@ -414,8 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.input is not None and args.prompt:
                 parser.error("give one --prompt or --input FILE of prompts, not both")
             prompts = _texts(parser, args, [] if args.input is not None else [args.prompt])
-            p = _pipeline("generate", args.run, _run_on(args))
-            p.compile = args.compile
+            p = _pipeline("generate", args.run, _run_on(args), compile=args.compile)
             _cast(p.model, args)
             if args.input is None and args.output is None:  # one prompt, searched: its text
                 print(p.generate(args.prompt, **options))
@@ -676,22 +674,22 @@ def _is_textclass(run: str) -> bool:
     return family_of(saved_config(folder)).inputs == "text"
 
 
-def _pipeline(method: str, source: str, run_on: dict[str, Any]) -> Any:
+def _pipeline(method: str, source: str, run_on: dict[str, Any], compile: bool = False) -> Any:
     """A :class:`aiayn.pipelines.Pipeline` whose ``method`` the command calls, with the model of ``source``, loaded
     by the loader the command used before it worked through files (so a wrong folder is refused with the same
-    message)."""
+    message); ``compile``: its decoding compiled (translate, generate)."""
     from aiayn.pipelines import Pipeline
 
     if method == "translate":
         from aiayn.pipelines.translation import load_run
 
         model, src_tok, tgt_tok = load_run(source, **run_on)
-        return Pipeline("translation", model, Path(source), src_tok=src_tok, tgt_tok=tgt_tok)
+        return Pipeline("translation", model, Path(source), compile=compile, src_tok=src_tok, tgt_tok=tgt_tok)
     if method == "generate":
         from aiayn.pipelines.lm import load_lm_run
 
         model, tok = load_lm_run(source, **run_on)
-        return Pipeline("text-generation", model, Path(source), tok=tok)
+        return Pipeline("text-generation", model, Path(source), compile=compile, tok=tok)
     if method == "embed":
         from aiayn.pipelines.embed import load_bert
 

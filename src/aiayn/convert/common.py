@@ -174,7 +174,7 @@ def read_hf(source: Any, revision: str | None = None) -> tuple[HFConfig, dict[st
         return read_config(folder), read_weights(folder), str(source)
     if revision is not None:
         raise ValueError("revision= applies to a model id, not to a transformers model object")
-    if hasattr(source, "config") and hasattr(source, "state_dict"):
+    if hasattr(getattr(source, "config", None), "to_dict") and hasattr(source, "state_dict"):  # not ours: a cfg
         config = source.config.to_dict()
         config["architectures"] = config.get("architectures") or [type(source).__name__]  # as save_pretrained does
         return HFConfig(config, f"{type(source).__name__}'s config"), dict(source.state_dict()), type(source).__name__

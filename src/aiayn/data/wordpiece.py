@@ -96,6 +96,9 @@ class WordPieceTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
+    def __len__(self) -> int:  # as every other tokenizer here
+        return self.vocab_size
+
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], list[int]]:
         """``(ids, segment ids)`` of ``[CLS] text [SEP]`` or ``[CLS] text [SEP] pair [SEP]``."""
         enc = self.tokenizer.encode(text, pair)

@@ -7,27 +7,35 @@
     model.save_pretrained("out", format="aiayn")     # our own model.safetensors with its config (aiayn.save)
 
 They are doors into what exists (:func:`aiayn.load`, :func:`aiayn.from_hf`, :func:`aiayn.save`,
-:func:`aiayn.convert.to_hf.to_hf`), mixed into each model class in one line. Saved models are read and written
-here in ``models`` (:mod:`aiayn.models.checkpoint`). The model code still never imports conversion code: these
-methods import it when they are called, as ``GPT.generate`` imports decoding.
+:func:`aiayn.convert.to_hf.to_hf`), mixed into each model class in one line, with the keyword call, ``config`` and
+``device`` (:class:`~aiayn.models.outputs.OutputsMixin`). Saved models are read and written here in ``models``
+(:mod:`aiayn.models.checkpoint`). The model code still never imports conversion code: these methods import it when
+they are called (:func:`_convert`), as :class:`GenerationMixin`'s ``generate`` imports decoding: the two doors from
+``models`` up.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from aiayn.models.outputs import OutputsMixin
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
+    from torch import Tensor, nn
+
+    from aiayn.decoding.generate import GenerateOutput
 
 ModelT = TypeVar("ModelT", bound="PretrainedMixin")
 FORMATS = ("hf", "aiayn")
 
 
-class PretrainedMixin:
-    """``from_pretrained`` and ``save_pretrained`` for a model class of ours (an ``nn.Module`` with a ``cfg``)."""
+class PretrainedMixin(OutputsMixin):
+    """``from_pretrained`` and ``save_pretrained`` for a model class of ours (an ``nn.Module`` with a ``cfg``), and
+    what :class:`~aiayn.models.outputs.OutputsMixin` adds."""
 
     @classmethod
     def from_pretrained(cls: type[ModelT], source: str | os.PathLike, revision: str | None = None,
@@ -53,15 +61,14 @@ class PretrainedMixin:
             ValueError: ``source`` holds a model of another class (the message names ``source``, what it holds
                 and the class asked for); a ``model_type`` we do not convert; weights that do not fit the config.
         """
-        from aiayn.convert import from_hf, hf_folder
-
+        convert = _convert()
         path = Path(source)
         if not path.exists():  # not a file or folder here: a model id
-            path = hf_folder(source, revision)
+            path = convert.hf_folder(source, revision)
         elif revision is not None:
             raise ValueError(f"revision={revision!r} names a version of a hub model, but {source} is a local path")
         if path.is_dir() and (path / "config.json").is_file():
-            model = from_hf(path)
+            model = convert.from_hf(path)
             held = f"a Hugging Face {_model_type(path)!r} model, which converts to our {type(model).__name__}"
         else:
             model = _load_run(path, cls)
@@ -99,9 +106,27 @@ class PretrainedMixin:
 
             save(model, Path(folder) / "model.safetensors")
             return Path(folder)
-        from aiayn.convert.to_hf import to_hf
+        return _convert().to_hf.to_hf(model, folder)
 
-        return to_hf(model, folder)
+
+class GenerationMixin:
+    """``generate`` for the model classes that decode (as ``transformers``' models inherit ``GenerationMixin``)."""
+
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                 **kwargs: Any) -> Tensor | GenerateOutput:
+        """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
+        ``do_sample``, ``num_beams``, ``top_p``, ``generation_config``, ...):
+        :func:`aiayn.decoding.generate.generate`."""
+        from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called
+
+        return generate(cast("nn.Module", self), input_ids, attention_mask, **kwargs)
+
+
+def _convert() -> ModuleType:
+    """:mod:`aiayn.convert` (with :mod:`aiayn.convert.to_hf`), which builds on the models: imported when called."""
+    import aiayn.convert.to_hf  # the package and its to_hf module
+
+    return aiayn.convert
 
 
 def _load_run(path: Path, asked: type) -> Any:
@@ -128,4 +153,4 @@ def _model_type(folder: Path) -> str | None:
     return read_json(folder / "config.json", "a Hugging Face config").get("model_type")
 
 
-__all__ = ["FORMATS", "PretrainedMixin"]
+__all__ = ["FORMATS", "GenerationMixin", "PretrainedMixin"]

@@ -50,14 +50,20 @@ class Pipeline:
     as a ``transformers`` pipeline of that task does (:meth:`__call__`), its methods as the commands do.
     """
 
-    compile = False
-    """Decoding (a language model's or a translation model's) over a static cache with a compiled step
-    (:mod:`aiayn.layers.session`); ``pipeline(..., compile=True)`` sets it."""
-
-    def __init__(self, task: str, model: nn.Module, source: Path, **parts: Any) -> None:
+    def __init__(self, task: str, model: nn.Module, source: Path, *, compile: bool = False, **parts: Any) -> None:
         if task not in METHODS:
             raise ValueError(f"task must be one of {sorted(METHODS)}, got {task!r}")
-        self.task, self.model, self.source, self._parts = task, model, source, parts
+        if compile and task not in ("text-generation", "translation"):
+            raise ValueError(f"compile=True compiles decoding (text-generation, translation); {source} holds a "
+                             f"{task} model")
+        self.task, self.model, self.source, self._parts, self._compile = task, model, source, parts, compile
+
+    @property
+    def compile(self) -> bool:
+        """Decoding (a language model's or a translation model's) runs over a static cache with a compiled step
+        (:mod:`aiayn.layers.session`): chosen once, ``pipeline(..., compile=True)``, and handed to each decode
+        session."""
+        return self._compile
 
     def __repr__(self) -> str:
         return f"Pipeline(task={self.task!r}, model={type(self.model).__name__}, source={str(self.source)!r})"
@@ -157,16 +163,19 @@ class Pipeline:
         return out[0][0] if isinstance(texts, str) else [best[0] for best in out]
 
     def generate(self, prompts: str | list[str], *, stop: list[str] | None = None, seed: int | None = None,
-                 stream: bool = False, num_return_sequences: int = 1, num_beams: int = 1,
+                 stream: bool = False, num_return_sequences: int | None = None, num_beams: int | None = None,
                  **options: Any) -> str | list[str] | list[list[str]] | Iterator[str]:
         """The continuation of each prompt (not the prompt), as ``aiayn generate`` prints it.
 
         Args:
             prompts: one prompt (its continuation is returned) or a list of them (a list is).
-            options: ``transformers``' names and its text-generation pipeline's defaults
+            options: ``generate``'s, by ``transformers``' names (:func:`aiayn.pipelines.lm.continuations`): a
+                ``generation_config`` and any of its fields, over its text-generation pipeline's defaults
                 (:data:`aiayn.pipelines.lm.DEFAULTS`): ``max_new_tokens`` (256), ``do_sample`` (``True``;
                 ``False`` is greedy decoding), ``temperature`` (0.7), ``top_k`` (50), ``top_p``,
-                ``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``.
+                ``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``; ``max_length``,
+                ``length_penalty``, ``early_stopping``, ... (streaming takes the defaults' names and
+                ``max_length``).
             num_return_sequences, num_beams: several texts per prompt (draws, or the best beams), and beam search;
                 with ``n > 1`` each prompt gives a list of ``n`` texts.
             stop: strings that end the text (cut from it, as OpenAI's API does).
@@ -181,13 +190,15 @@ class Pipeline:
         if stream:
             if not isinstance(prompts, str):
                 raise ValueError("stream=True takes one prompt (a string)")
-            if num_beams != 1 or num_return_sequences != 1:
+            if num_beams not in (None, 1) or num_return_sequences not in (None, 1):
                 raise ValueError("stream=True makes one text: it takes no num_beams or num_return_sequences")
             return stream_text(self.model, tok, prompts, stop=stop, seed=seed, compile=self.compile, **options)
         texts = continuations(self.model, tok, [prompts] if isinstance(prompts, str) else list(prompts), stop=stop,
                               seed=seed, num_return_sequences=num_return_sequences, num_beams=num_beams,
                               compile=self.compile, **options)
-        each: list[Any] = [t[0] for t in texts] if num_return_sequences == 1 else texts
+        config = options.get("generation_config")
+        several = (num_return_sequences or (config.num_return_sequences if config is not None else 1)) > 1
+        each: list[Any] = texts if several else [t[0] for t in texts]
         return each[0] if isinstance(prompts, str) else each
 
     def embed(self, texts: str | list[str], batch_size: int = 64) -> Tensor:
@@ -285,11 +296,7 @@ def pipeline(source: str | os.PathLike | None = None, device: str | torch.device
         raise ValueError(f"dtype={dtype!r} is for {' and '.join(DTYPE_TASKS)} models; {p.source} holds a {p.task} "
                          f"model, which runs as saved")
     to_dtype(p.model, dtype, quantize)
-    if compile and p.task not in ("text-generation", "translation"):
-        raise ValueError(f"compile=True compiles decoding (text-generation, translation); {p.source} holds a "
-                         f"{p.task} model")
-    p.compile = compile
-    return p
+    return Pipeline(p.task, p.model, p.source, compile=True, **p.parts) if compile else p
 
 
 def _load(source: str | os.PathLike, device: str | torch.device | None, quantize: str | None,

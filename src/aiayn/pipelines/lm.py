@@ -9,6 +9,8 @@ OpenAI's API does (``transformers``' ``stop_strings`` keep them).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, spe
 from aiayn.training import device as devices
 
 DEFAULTS = TEXT_GENERATION  # transformers' pipeline("text-generation") defaults (aiayn.defaults)
+CHECKED = set(inspect.signature(check).parameters) - {"seed"}  # the settings checked with the shared words
 
 
 def complete(model, tok, prompts: list[str], max_new_tokens: int, stop: list[str] | None = None,
@@ -121,34 +124,49 @@ def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device 
     yield from stream_text(model, tok, prompt, **options)
 
 
-def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
-                max_length: int | None = None) -> tuple[list[int], int]:
-    """The ids of ``prompt`` (the end-of-text token for an empty one) and the new tokens to make: ``max_new_tokens``
-    when ``asked`` (refused when the prompt and they pass the model's positions, as the server refuses them: never
-    fewer tokens than asked without a word), else ``max_length`` less the prompt where given (``transformers``'
-    meaning: ``max_new_tokens`` wins when both are), else the default cut to the room the model has."""
+def prompt_ids(tok, prompt: str, positions: int, new_tokens: int | None = None, *, field: str = "prompt",
+               reader: str = "the model") -> list[int]:
+    """The ids of ``prompt`` (the end-of-text token for an empty one), refused when they leave no room among
+    ``positions`` (the model's, or fewer a server allows) for a new token, or for ``new_tokens`` of them: never
+    fewer tokens than asked without a word. The pipeline and the server check a prompt here, each naming its
+    fields (``field``; ``SettingError.name`` ``"max_new_tokens"``, which a door spells its own way).
+
+    Raises:
+        SettingError: naming ``field`` or ``max_new_tokens``, the tokens and the positions.
+    """
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
-        raise ValueError("the prompt is empty and the tokenizer has no end-of-text token to start from")
-    room = model.cfg.max_len - len(ids)
-    if room < 1:
-        raise ValueError(f"the prompt is {len(ids)} tokens; the model reads at most {model.cfg.max_len}")
+        raise SettingError(field, "is empty and the tokenizer has no end-of-text token to start from")
+    if len(ids) >= positions:
+        raise SettingError(field, f"is {len(ids)} tokens; {reader} reads at most {positions} with the new ones")
+    if new_tokens is not None and len(ids) + new_tokens > positions:
+        raise SettingError("max_new_tokens", f"is {new_tokens}, but {field} is {len(ids)} tokens and {reader} reads "
+                                             f"at most {positions} positions: at most {positions - len(ids)}")
+    return ids
+
+
+def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
+                max_length: int | None = None) -> tuple[list[int], int]:
+    """The ids of ``prompt`` (:func:`prompt_ids`) and the new tokens to make: ``max_new_tokens`` when ``asked``,
+    else ``max_length`` less the prompt where given (``transformers``' meaning: ``max_new_tokens`` wins when both
+    are), else the default cut to the room the model has."""
+    ids = prompt_ids(tok, prompt, model.cfg.max_len)
     if max_length is not None and not asked:
         GenerationConfig(max_length=max_length)  # an integer >= 1, or refused by name
         if max_length <= len(ids):
             raise SettingError("max_length", f"is {max_length}, which counts the prompt's {len(ids)} tokens: no room "
                                              f"for a new one (pass max_new_tokens)")
         max_new_tokens, asked = max_length - len(ids), True
-    if asked and max_new_tokens > room:
-        raise SettingError("max_new_tokens", f"is {max_new_tokens}, but the prompt is {len(ids)} tokens and the "
-                                             f"model reads at most {model.cfg.max_len} positions: at most {room}")
-    return ids, min(max_new_tokens, room)
+    if asked:
+        prompt_ids(tok, prompt, model.cfg.max_len, max_new_tokens)
+    return ids, min(max_new_tokens, model.cfg.max_len - len(ids))
 
 
 def _checked(options: dict[str, Any], seed: int | None, **more: Any) -> dict[str, Any]:
-    """``options`` over :data:`DEFAULTS`, every setting checked (:func:`aiayn.decoding.settings.check`)."""
+    """``options`` over :data:`DEFAULTS`, the settings of :func:`aiayn.decoding.settings.check` checked there (the
+    others by :class:`~aiayn.decoding.config.GenerationConfig`, in ``generate``)."""
     o = {**DEFAULTS, **options}
-    check(**o, seed=seed, **more)
+    check(**{k: v for k, v in o.items() if k in CHECKED}, seed=seed, **more)
     return o
 
 
@@ -158,29 +176,44 @@ def _seeded(model, seed: int | None) -> torch.Generator | None:
 
 
 def continuations(model, tok, prompts: list[str], *, stop: list[str] | None = None, seed: int | None = None,
-                  num_return_sequences: int = 1, num_beams: int = 1, compile: bool = False,
+                  num_return_sequences: int | None = None, num_beams: int | None = None, compile: bool = False,
                   **options: Any) -> list[list[str]]:
     """The ``num_return_sequences`` continuations of each prompt (not the prompt), cut before the first stop
     string: greedy decoding and beam search run the prompts as one batch (left-padded); sampling draws each prompt
     on its own with a generator seeded with ``seed``, so a prompt's text does not depend on the others.
 
     Args:
-        options: ``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``,
-            ``no_repeat_ngram_size``, ``min_new_tokens`` (:data:`DEFAULTS` for those not given), ``max_length``
-            (the prompt and the new tokens, as ``generate`` counts it).
+        options: ``generate``'s, by ``transformers``' names: a ``generation_config``
+            (:class:`~aiayn.decoding.config.GenerationConfig`: its values replace the defaults) and its fields, over
+            :data:`DEFAULTS` (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+            ``repetition_penalty``, ``no_repeat_ngram_size``, ``min_new_tokens``); ``max_length`` counts the
+            prompt and the new tokens, as ``generate`` counts it; ``length_penalty``, ``early_stopping``, ...
+            go to beam search as there.
         compile: decoding over a static cache with a compiled step (:mod:`aiayn.layers.session`; the same
             text).
+
+    Raises:
+        TypeError: an option ``generate`` does not take (named).
     """
-    max_length = options.pop("max_length", None)
-    unknown = set(options) - set(DEFAULTS)
+    config = options.pop("generation_config", None)
+    if config is not None and not isinstance(config, GenerationConfig):
+        raise TypeError(f"generation_config must be an aiayn.GenerationConfig, got {type(config).__name__}")
+    asked = {"num_beams": num_beams, "num_return_sequences": num_return_sequences, **options}
+    # a config replaces the pipeline's defaults where it has a value (as transformers' pipeline takes one); keywords
+    # replace both
+    chosen = {} if config is None else {**{k: getattr(config, k) for k in DEFAULTS}, **config.to_dict()}
+    given = {**{k: v for k, v in chosen.items() if v is not None}, **{k: v for k, v in asked.items() if v is not None}}
+    unknown = set(given) - {f.name for f in dataclasses.fields(GenerationConfig)}
     if unknown:
-        raise TypeError(f"unknown generation options {sorted(unknown)}; they are {sorted(DEFAULTS)}, max_length, "
-                        f"stop, seed, num_return_sequences, num_beams")
-    o = _checked(options, seed, num_beams=num_beams, num_return_sequences=num_return_sequences)
-    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"], "max_new_tokens" in options, max_length)
+        raise TypeError(f"unknown generation options {sorted(unknown)}; they are generate's: the fields of "
+                        f"aiayn.GenerationConfig, generation_config, and stop, seed")
+    num_beams, num_return_sequences = given.pop("num_beams", 1), given.pop("num_return_sequences", 1)
+    max_length = given.pop("max_length", None)
+    o = _checked(given, seed, num_beams=num_beams, num_return_sequences=num_return_sequences)
+    encoded = [_prompt_ids(model, tok, p, o["max_new_tokens"], "max_new_tokens" in given, max_length)
                for p in prompts]
     n = num_return_sequences
-    settings = {**o, "num_return_sequences": n, "num_beams": num_beams, "eos_token_id": tok.eos_id,
+    settings = {"eos_token_id": tok.eos_id, **o, "num_return_sequences": n, "num_beams": num_beams,
                 "compile": compile}
     del settings["max_new_tokens"]  # each prompt's room
     where = devices.of(model)
@@ -236,4 +269,4 @@ def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed:
         yield rest
 
 
-__all__ = ["DEFAULTS", "Text", "complete", "continuations", "generate", "load_lm_run", "stream_text"]
+__all__ = ["DEFAULTS", "Text", "complete", "continuations", "generate", "load_lm_run", "prompt_ids", "stream_text"]

@@ -38,7 +38,7 @@ from aiayn.decoding.config import GenerationConfig
 from aiayn.decoding.settings import SettingError, check_beams
 from aiayn.defaults import MAX_WAIT_MS, SERVING
 from aiayn.pipelines.base import METHODS, Pipeline
-from aiayn.pipelines.lm import Text
+from aiayn.pipelines.lm import Text, prompt_ids
 from aiayn.serve import images, schema
 from aiayn.serve.batching import Job, MicroBatcher, Worker
 from aiayn.serve.errors import ApiError, bad, busy
@@ -251,16 +251,11 @@ class _Server:
         assert most is not None  # a language model has its positions' number
         encoded = []
         for i, prompt in enumerate(req.prompts):
-            ids = tok.encode(prompt) or ([] if tok.eos_id is None else [tok.eos_id])  # none: the end-of-text
             field = "prompt" if len(req.prompts) == 1 else f"prompt[{i}]"
-            if not ids:
-                raise bad(field, "is empty and the tokenizer has no end-of-text token to start from")
-            if len(ids) >= most:
-                raise bad(field, f"is {len(ids)} tokens; the server reads at most {most} with the new ones")
-            if len(ids) + req.max_tokens > most:
-                raise bad("max_tokens", f"is {req.max_tokens}, but {field} is {len(ids)} tokens and the server "
-                                        f"reads at most {most}: at most {most - len(ids)} new tokens")
-            encoded.append(ids)
+            try:  # the pipeline's check, in the server's names
+                encoded.append(prompt_ids(tok, prompt, most, req.max_tokens, field=field, reader="the server"))
+            except SettingError as e:
+                raise bad("max_tokens" if e.name == "max_new_tokens" else e.name, e.reason) from None
         loop, events = asyncio.get_running_loop(), asyncio.Queue[tuple[int, Event]]()
         device = next(self.pipe.model.parameters()).device
         config = GenerationConfig(max_new_tokens=req.max_tokens, do_sample=req.temperature > 0,

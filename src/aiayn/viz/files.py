@@ -95,10 +95,8 @@ def read_attention(source: str | os.PathLike, text: str, target: str | None = No
     where = devices.of(model)
     if p.task == "translation":  # an encoder-decoder: a translation run, a denoising run (BART), a Marian
         from aiayn.data import seq2seq_batch
-        from aiayn.pipelines.translation import translate_texts
-
         src_tok, tgt_tok = parts["src_tok"], parts["tgt_tok"]
-        hyp = translate_texts(model, src_tok, tgt_tok, [text])[0] if target is None else target
+        hyp = str(p.translate(text)) if target is None else target
         src, tgt_in, _ = devices.move(seq2seq_batch([(text, hyp)], src_tok, tgt_tok), where)  # (1, S), (1, T)
         keys = _labels(src_tok, text, src[0, :-1].tolist()) + ["</s>"]
         queries = ["<s>"] + _labels(tgt_tok, hyp, tgt_in[0, 1:].tolist())

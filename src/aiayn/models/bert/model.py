@@ -26,6 +26,15 @@ from aiayn.layers import Embedding, EncoderBlock, Stack, padding_mask, tied_line
 from aiayn.layers.embedding import check_ids
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    ModelOutput,
+    PreTrainingOutput,
+    SequenceClassifierOutput,
+    classification_loss,
+    masked_lm_loss,
+)
 from aiayn.models.pretrained import PretrainedMixin
 
 HEADS = ("none", "pretraining", "mlm", "classification")
@@ -176,6 +185,44 @@ class BERT(PretrainedMixin, nn.Module):
         if self.classifier is None:
             raise ValueError(f"this BERT has head={self.cfg.head!r}; build it with head='classification'")
         return self.classifier(self.embed.dropout(self.pooled(hidden)))
+
+
+    def outputs(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                labels: Tensor | None = None, next_sentence_label: Tensor | None = None,
+                sentence_order_label: Tensor | None = None) -> ModelOutput:
+        """``model(**tokenizer(texts, return_tensors="pt"))`` as ``transformers``' class for the head answers it
+        (:mod:`aiayn.models.outputs`): head ``none`` as ``BertModel`` (``last_hidden_state``, ``pooler_output``),
+        ``mlm`` as ``BertForMaskedLM``, ``pretraining`` as ``BertForPreTraining``, ``classification`` as
+        ``BertForSequenceClassification``; the same for RoBERTa, ALBERT and DistilBERT.
+
+        Args:
+            input_ids, attention_mask, token_type_ids: as :meth:`forward` takes them.
+            labels: ``(B, T)`` masked-token targets (``-100`` where none) for the masked-LM heads; ``(B,)`` classes
+                (or ``(B, num_labels)`` floats, several labels each) with head ``classification``.
+            next_sentence_label: ``(B,)`` 0 (B follows A) or 1 with head ``pretraining``; ALBERT's
+                ``sentence_order_label`` is the same argument.
+        """
+        hidden = self(input_ids, token_type_ids, attention_mask)  # (B, T, C)
+        head = self.cfg.head
+        if head == "none":
+            if labels is not None:
+                raise ValueError("labels: this model has head='none', so there is no loss")
+            pooled = self.pooled(hidden) if getattr(self, "pooler", None) is not None else None  # DistilBERT: none
+            return BaseModelOutput(last_hidden_state=hidden, pooler_output=pooled)
+        if head == "classification":
+            logits = self.classify(hidden)  # (B, num_labels)
+            return SequenceClassifierOutput(loss=classification_loss(logits, labels), logits=logits,
+                                            last_hidden_state=hidden)
+        logits = self.mlm_logits(hidden)  # (B, T, V)
+        loss = masked_lm_loss(logits, labels)
+        if head == "mlm":
+            return MaskedLMOutput(loss=loss, logits=logits, last_hidden_state=hidden)
+        order = next_sentence_label if next_sentence_label is not None else sentence_order_label
+        pair = self.nsp_logits(hidden)  # (B, 2)
+        if loss is not None and order is not None:
+            loss = loss + F.cross_entropy(pair.float(), order.reshape(-1))
+        return PreTrainingOutput(loss=loss, prediction_logits=logits, seq_relationship_logits=pair,
+                                 last_hidden_state=hidden)
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor, normalize: bool = True) -> Tensor:

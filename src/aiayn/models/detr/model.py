@@ -36,6 +36,7 @@ from aiayn.layers import DecoderBlock, EncoderBlock, Stack, sine_encoding_2d
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.detr.backbone import BLOCKS, ResNet
+from aiayn.models.outputs import ObjectDetectionOutput
 from aiayn.models.pretrained import PretrainedMixin
 
 
@@ -198,6 +199,35 @@ class DETR(PretrainedMixin, nn.Module):
         logits, boxes = self.class_head(hs), self.box_head(hs).sigmoid()  # (M, B, Q, K+1), (M, B, Q, 4)
         aux = [{"logits": logits[i], "boxes": boxes[i]} for i in range(hs.size(0) - 1)]
         return {"logits": logits[-1], "boxes": boxes[-1], "aux": aux}
+
+    def outputs(self, pixel_values: Tensor, pixel_mask: Tensor | None = None,
+                labels: list[dict[str, Tensor]] | None = None) -> ObjectDetectionOutput:
+        """``model(pixel_values=..., labels=...)`` as ``DetrForObjectDetection`` answers it
+        (:mod:`aiayn.models.outputs`).
+
+        Args:
+            pixel_values, pixel_mask: as :meth:`forward` takes them.
+            labels: one dict per image: ``"class_labels"`` ``(n,)`` and ``"boxes"`` ``(n, 4)`` (cx, cy, w, h in
+                [0, 1]); the loss is DETR's set loss (:class:`~aiayn.models.detr.criterion.SetCriterion` with the
+                paper's weights), summed over the last layer and the auxiliary ones.
+        """
+        out = self(pixel_values, pixel_mask)
+        loss = parts = None
+        if labels is not None:
+            from aiayn.models.detr.criterion import SetCriterion  # the loss lives apart from the model
+
+            if len(labels) != pixel_values.size(0):
+                raise ValueError(f"labels must hold one dict per image ({pixel_values.size(0)}), got {len(labels)}")
+            if not all(isinstance(t, dict) and {"class_labels", "boxes"} <= t.keys() for t in labels):
+                raise ValueError("labels: each image's dict needs 'class_labels' (n,) and 'boxes' (n, 4), as "
+                                 "transformers' DETR takes them")
+            targets = [{"labels": t["class_labels"], "boxes": t["boxes"]} for t in labels]
+            losses = SetCriterion(self.cfg.num_classes).to(pixel_values.device)(out, targets)
+            loss = losses.pop("loss")
+            parts = {f"loss_{k}": v for k, v in losses.items()}  # transformers' names: loss_ce, loss_bbox_0, ...
+        return ObjectDetectionOutput(loss=loss, loss_dict=parts, logits=out["logits"], pred_boxes=out["boxes"],
+                                     auxiliary_outputs=[{"logits": a["logits"], "pred_boxes": a["boxes"]}
+                                                        for a in out["aux"]])
 
     def _check(self, images: Tensor, pixel_mask: Tensor | None) -> None:
         c = self.cfg.in_channels

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -46,10 +46,8 @@ from aiayn.layers.positional import rope_frequencies
 from aiayn.layers.session import Session
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
 from aiayn.models.gpt.session import PackedSlots, Slots, SlotSession, make_session
-from aiayn.models.pretrained import PretrainedMixin
-
-if TYPE_CHECKING:  # decoding builds on the models
-    from aiayn.decoding.generate import GenerateOutput
+from aiayn.models.outputs import CausalLMOutput, SequenceClassifierOutput, causal_lm_loss, classification_loss
+from aiayn.models.pretrained import GenerationMixin, PretrainedMixin
 
 POSITIONAL = ("learned", "rope")
 # Llama's switches besides a gated activation: any of them set otherwise than GPT-2 makes the model a Llama
@@ -208,7 +206,7 @@ PRESETS = {
 }
 
 
-class GPT(PretrainedMixin, nn.Module):
+class GPT(GenerationMixin, PretrainedMixin, nn.Module):
     """Decoder-only language model; ``forward(ids)`` returns next-token logits ``(B, T, V)``."""
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -357,13 +355,28 @@ class GPT(PretrainedMixin, nn.Module):
             last = hidden[torch.arange(hidden.size(0), device=hidden.device), index]  # (B, C)
         return self.score(self.embed.dropout(last))  # dropout on the classifier (section 4.1)
 
-    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                 **kwargs: Any) -> Tensor | GenerateOutput:
-        """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
-        ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
-        from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called
+    def outputs(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                past_key_values: DecoderCache | None = None, use_cache: bool = False
+                ) -> CausalLMOutput | SequenceClassifierOutput:
+        """``model(input_ids=..., ...)`` as ``GPT2LMHeadModel`` / ``LlamaForCausalLM`` answer it
+        (:mod:`aiayn.models.outputs`); with head ``classification`` as ``GPT2ForSequenceClassification``.
 
-        return generate(self, input_ids, attention_mask, **kwargs)
+        Args:
+            input_ids: ``(B, T)``; the new positions only when ``past_key_values`` is given.
+            attention_mask: ``(B, cached + T)``, 1 for real tokens, as :meth:`features` takes it.
+            labels: ``(B, T)`` next-token targets, shifted inside (``labels=input_ids``), ``-100`` for none; or
+                ``(B,)`` classes with head ``classification``.
+            past_key_values: the cache an earlier call returned; ``use_cache``: start one (up to ``max_len``).
+        """
+        cache = past_key_values if past_key_values is not None or not use_cache else self.new_cache(self.cfg.max_len)
+        hidden = self.features(input_ids, attention_mask=attention_mask, cache=cache)  # (B, T, C)
+        if self.cfg.head == "classification":
+            logits = self.classify(hidden, attention_mask)  # (B, num_labels)
+            return SequenceClassifierOutput(loss=classification_loss(logits, labels), logits=logits,
+                                            last_hidden_state=hidden)
+        logits = self.lm_head(hidden)  # (B, T, V)
+        return CausalLMOutput(loss=causal_lm_loss(logits, labels), logits=logits, past_key_values=cache,
+                              last_hidden_state=hidden)
 
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for up to ``max_len`` positions (prompt and generated); with an

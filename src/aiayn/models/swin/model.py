@@ -57,6 +57,7 @@ from aiayn.layers.vision import (
     window_reverse,
 )
 from aiayn.models.config import check_positive, check_probability
+from aiayn.models.outputs import ModelOutput, image_outputs
 from aiayn.models.pretrained import PretrainedMixin
 
 # the fast path without gradients attends this many patches' worth of windows at a time (as the MLP its rows)
@@ -286,6 +287,11 @@ class Swin(PretrainedMixin, nn.Module):
         """Class logits ``(B, K)`` for ``(B, in_channels, H, W)`` images (pooled features ``(B, C')`` when
         ``num_classes=0``)."""
         return self.head(self.pool(self.forward_features(images)))
+
+    def outputs(self, pixel_values: Tensor, labels: Tensor | None = None) -> ModelOutput:
+        """``model(pixel_values=..., labels=...)`` as ``transformers``' image classifier (or, with ``num_classes=0``,
+        its bare model) answers it: :func:`aiayn.models.outputs.image_outputs`."""
+        return image_outputs(self, pixel_values, labels)
 
 
 __all__ = ["CHUNK_TOKENS", "PRESETS", "Swin", "SwinBlock", "SwinConfig", "SwinStage"]

@@ -9,8 +9,9 @@ Shapes: B batch, S source length, T target length, C d_model, V target vocabular
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from aiayn.layers import DecoderBlock, DecoderCache, Embedding, EncoderBlock, Stack, padding_mask
@@ -20,11 +21,9 @@ from aiayn.layers.linear import Linear
 from aiayn.layers.scoring import SCORINGS, Scorer, make_scorer
 from aiayn.layers.session import Session
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
-from aiayn.models.pretrained import PretrainedMixin
+from aiayn.models.outputs import IGNORE, Seq2SeqLMOutput, masked_lm_loss
+from aiayn.models.pretrained import GenerationMixin, PretrainedMixin
 from aiayn.models.transformer.session import make_session
-
-if TYPE_CHECKING:  # decoding builds on the models
-    from aiayn.decoding.generate import GenerateOutput
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ PRESETS = {
 }
 
 
-class Transformer(PretrainedMixin, nn.Module):
+class Transformer(GenerationMixin, PretrainedMixin, nn.Module):
     """The encoder-decoder Transformer; ``forward(src_ids, tgt_ids)`` returns logits ``(B, T, V)``."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -205,13 +204,32 @@ class Transformer(PretrainedMixin, nn.Module):
                              f"{tgt_ids.size(0)}")
         return self.decode(tgt_ids, self.encode(src_ids), src_ids)
 
-    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                 **kwargs: Any) -> Tensor | GenerateOutput:
-        """Decode as ``transformers``' ``generate`` does, with its argument names (``max_new_tokens``,
-        ``do_sample``, ``num_beams``, ``top_p``, ...): :func:`aiayn.decoding.generate.generate`."""
-        from aiayn.decoding.generate import generate  # decoding builds on the models, so imported when called
+    def outputs(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                decoder_input_ids: Tensor | None = None, labels: Tensor | None = None) -> Seq2SeqLMOutput:
+        """``model(input_ids=..., labels=...)`` as ``MarianMTModel`` / ``BartForConditionalGeneration`` answer it
+        (:mod:`aiayn.models.outputs`).
 
-        return generate(self, input_ids, attention_mask, **kwargs)
+        Args:
+            input_ids: ``(B, S)`` source ids, padded with ``pad_id``.
+            attention_mask: ``(B, S)``, 1 for real tokens; it must be 0 exactly at ``pad_id`` (the model reads the
+                source's padding from the ids).
+            decoder_input_ids: ``(B, T)`` target ids starting with ``bos_id``; default ``labels`` shifted right
+                (``bos_id`` first, ``-100`` read as ``pad_id``), as ``transformers``' ``shift_tokens_right``.
+            labels: ``(B, T)`` targets, ``-100`` for none.
+        """
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError("decoder_input_ids and labels are both None: an encoder-decoder needs the target "
+                                 "side, as ids that start with bos_id or as labels to shift right")
+            start = labels.new_full((labels.size(0), 1), self.cfg.bos_id)  # (B, 1)
+            decoder_input_ids = torch.cat([start, labels[:, :-1].masked_fill(labels[:, :-1] == IGNORE,
+                                                                            self.cfg.pad_id)], dim=1)  # (B, T)
+        if attention_mask is not None and not torch.equal(attention_mask.bool(), input_ids != self.cfg.pad_id):
+            raise ValueError(f"attention_mask must be 0 exactly where input_ids hold pad_id={self.cfg.pad_id}: this "
+                             f"model reads the source's padding from the ids")
+        memory = self.encode(input_ids)  # (B, S, C)
+        logits = self.decode(decoder_input_ids, memory, input_ids)  # (B, T, V)
+        return Seq2SeqLMOutput(loss=masked_lm_loss(logits, labels), logits=logits, encoder_last_hidden_state=memory)
 
     def new_cache(self, max_len: int) -> DecoderCache:
         """An empty key/value cache for decoding up to ``max_len`` target positions."""

@@ -27,6 +27,7 @@ from aiayn.layers import EncoderBlock, Stack
 from aiayn.layers.feedforward import ACTIVATIONS
 from aiayn.layers.vision import PatchEmbedding, check_images
 from aiayn.models.config import check_choice, check_divisible, check_positive, check_probability
+from aiayn.models.outputs import ModelOutput, image_outputs
 from aiayn.models.pretrained import PretrainedMixin
 
 
@@ -152,6 +153,11 @@ class ViT(PretrainedMixin, nn.Module):
         """Class logits ``(B, K)`` for ``(B, in_channels, H, W)`` images (pooled features ``(B, C)`` when
         ``num_classes=0``)."""
         return self.head(self.pool(self.forward_features(images)))
+
+    def outputs(self, pixel_values: Tensor, labels: Tensor | None = None) -> ModelOutput:
+        """``model(pixel_values=..., labels=...)`` as ``transformers``' image classifier (or, with ``num_classes=0``,
+        its bare model) answers it: :func:`aiayn.models.outputs.image_outputs`."""
+        return image_outputs(self, pixel_values, labels)
 
 
 __all__ = ["PRESETS", "ViT", "ViTConfig", "resize_positions"]
