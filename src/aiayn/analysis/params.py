@@ -26,6 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from aiayn.layers import Embedding, FeedForward, MultiHeadAttention
+from aiayn.layers.adaptive import AdaptiveEmbedding
 from aiayn.layers.positional import LearnedPositionalEmbedding
 from aiayn.layers.vision import PatchEmbedding, PatchMerging, RelativePositionBias
 from aiayn.models.formulas import PARAMETER_PARTS as PARTS
@@ -38,7 +39,8 @@ _OWNERS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (tuple(backbone for family in FAMILIES.values() for backbone in family.backbones), "backbone"),
     ((MultiHeadAttention, RelativePositionBias), "attention"),
     (FeedForward, "feed-forward"),
-    ((Embedding, nn.Embedding, LearnedPositionalEmbedding, PatchEmbedding, PatchMerging, nn.Conv2d), "embeddings"),
+    ((Embedding, AdaptiveEmbedding, nn.Embedding, LearnedPositionalEmbedding, PatchEmbedding, PatchMerging, nn.Conv2d),
+     "embeddings"),
 )
 
 

@@ -193,9 +193,10 @@ def _lm_ends(cfg: Any, config: GenerationConfig, input_ids: Tensor,
     if config.decoder_start_token_id is not None:
         raise ValueError("decoder_start_token_id is for encoder-decoders; a language model continues its prompt")
     new_tokens = _budget(config.max_new_tokens, config.max_length, input_ids.size(1))
-    if config.max_new_tokens is None and config.max_length is None:  # the default stops at the last position
-        new_tokens = max(1, min(new_tokens, cfg.max_len - input_ids.size(1)))
-    own = () if cfg.eos_id is None else (cfg.eos_id, *cfg.stop_ids)  # None: no end token
+    positions = getattr(cfg, "max_len", None)  # None: no last position (Transformer-XL's relative positions)
+    if config.max_new_tokens is None and config.max_length is None and positions is not None:
+        new_tokens = max(1, min(new_tokens, positions - input_ids.size(1)))  # the default stops at the last one
+    own = () if cfg.eos_id is None else (cfg.eos_id, *getattr(cfg, "stop_ids", ()))  # None: no end token
     eos = end_ids(own if config.eos_token_id is None else config.eos_token_id)
     if config.eos_token_id is not None and not eos:
         raise ValueError(f"eos_token_id={config.eos_token_id!r}: give an id, or a list of at least one")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from aiayn.layers.attention import MultiHeadAttention
@@ -69,19 +70,28 @@ class EncoderBlock(_Block):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        bias: bool = True,
+        score: Scorer | None = None,
     ) -> None:
         super().__init__(d_model, dropout, norm_first, eps)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, bias=bias, score=score)
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.ff = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
-                pos: Tensor | None = None) -> Tensor:
+                pos: Tensor | None = None, mems: Tensor | None = None) -> Tensor:
         """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend, broadcastable to ``(B, H, S, S)``
         (padding: ``(B, 1, 1, S)``); ``is_causal``: causal without a materialised mask; ``pos`` ``(B, S, C)`` is
-        added to the queries and keys of self-attention, not to the values (DETR)."""
-        x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos)[0])
+        added to the queries and keys of self-attention, not to the values (DETR); ``mems`` ``(B, M, C)``: the
+        earlier segment's states, which self-attention also reads, as keys and values before ``x``'s
+        (Transformer-XL's recurrence; the mask then covers ``(S, M + S)``)."""
+        if mems is None:
+            x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos)[0])
+        else:
+            before = self.norm1(mems) if self.norm_first else mems  # as the segment's states are, before attending
+            x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, torch.cat([before, h], dim=1), mask=mask,
+                                                                       is_causal=is_causal)[0])
         return self._sublayer(x, self.norm2, self.ff)
 
 

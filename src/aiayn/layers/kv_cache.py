@@ -265,4 +265,43 @@ def _give_back(key: tuple[Any, ...], got: list[Tensor]) -> None:
                 del _kept[oldest]
 
 
-__all__ = ["DecoderCache", "KVCache", "LayerCache", "StaticKVCache", "StaticLayer", "buffers"]
+class SegmentMemory(list):
+    """Transformer-XL's memory (Dai et al., 2019, section 3.2): per layer, the states that entered it over the
+    last ``mem_len`` positions ``(B, M, C)``, kept without gradient (``SG(h_{n-1})``); the next segment's
+    self-attention reads them as keys and values before its own (:meth:`aiayn.layers.EncoderBlock.forward`'s
+    ``mems``). Unlike a key/value cache it holds states, not projections: while training, the next segment
+    projects them with the weights of its own step.
+
+    Args:
+        n_layers: one entry per layer (``None`` until the first segment).
+        mem_len: the positions kept; 0 keeps none (each segment alone).
+    """
+
+    def __init__(self, n_layers: int, mem_len: int) -> None:
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+        super().__init__([None] * n_layers)
+        self.mem_len = mem_len
+
+    @property
+    def length(self) -> int:
+        """Positions held (the same in every layer)."""
+        return 0 if self[0] is None else self[0].size(1)
+
+    def update(self, states: list[Tensor]) -> None:
+        """Append each layer's input states ``(B, T, C)`` of the segment just run and keep the last ``mem_len``."""
+        if len(states) != len(self):
+            raise ValueError(f"states must hold one tensor per layer ({len(self)}), got {len(states)}")
+        with torch.no_grad():
+            for i, h in enumerate(states):
+                both = h if self[i] is None else torch.cat([self[i], h], dim=1)  # (B, M + T, C)
+                self[i] = both[:, max(0, both.size(1) - self.mem_len):].detach()
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (a beam search's survivors, rows leaving)."""
+        for i, m in enumerate(self):
+            if m is not None:
+                self[i] = m.index_select(0, index)
+
+
+__all__ = ["DecoderCache", "KVCache", "LayerCache", "SegmentMemory", "StaticKVCache", "StaticLayer", "buffers"]

@@ -37,13 +37,19 @@ LAYOUTS = ("interleaved", "concat")
 
 def sinusoidal_encoding(n_positions: int, d_model: int, layout: str = "interleaved", start: int = 0) -> Tensor:
     """The ``(T, C)`` table of sinusoidal encodings for positions ``start .. start + T - 1``."""
+    return sinusoids(torch.arange(start, start + n_positions), d_model, layout)
+
+
+def sinusoids(positions: Tensor, d_model: int, layout: str = "interleaved") -> Tensor:
+    """The ``(P, C)`` sinusoidal encodings of ``positions`` ``(P,)``, in any order (Transformer-XL encodes the
+    relative distances S - 1 .. 0 with them, ``layout="concat"``)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
     if d_model % 2:
         raise ValueError(f"d_model={d_model} must be even for sinusoidal encodings")
-    pos = torch.arange(start, start + n_positions, dtype=torch.float64)[:, None]  # (T, 1)
+    pos = positions.to(torch.float64)[:, None]  # (P, 1)
     inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))  # (C/2,)
-    angles = pos * inv_freq  # (T, C/2)
+    angles = pos * inv_freq.to(pos.device)  # (P, C/2)
     if layout == "concat":
         table = torch.cat([angles.sin(), angles.cos()], dim=-1)
     else:

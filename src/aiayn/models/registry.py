@@ -27,6 +27,7 @@ FAMILY_PACKAGES = (  # aiayn.models.<package>, each with its FAMILY record
     "roberta",
     "distilbert",
     "albert",
+    "transfo_xl",
 )
 
 FAMILIES: dict[str, Family] = {
