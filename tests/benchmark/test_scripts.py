@@ -503,3 +503,10 @@ def test_session_speed_quick_times_a_case_from_both_trees(tmp_path):
     result = json.loads((tmp_path / "r" / "session_speed.json").read_text())
     case = result["cases"]["llama-tiny-b16"]
     assert case["rounds"] == 1 and case["before_s"] > 0 and case["after_s"] > 0 and "cpu" in result["machine"]
+
+
+def test_transfo_xl_eval_speed_quick_times_both_ways(tmp_path):
+    run_script("transfo_xl_eval_speed", "--quick", "--out", tmp_path / "r", cwd=tmp_path)
+    result = json.loads((tmp_path / "r" / "transfo_xl_eval_speed.json").read_text())
+    row = result["lengths"]["16"]
+    assert row["vanilla_tokens_per_s"] > 0 and row["transformer-xl_tokens_per_s"] > 0 and row["speedup"] > 0
