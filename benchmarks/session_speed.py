@@ -11,6 +11,11 @@ Llama-tiny at batch 16 and the base Transformer greedy. A round's figure for a t
 (what the code costs, less what other processes took from it on a shared machine; the median is kept too).
 Reported per case: seconds per call of each tree (median over rounds) and the ratio before / after per round, its
 lower quartile and median (>= 1: after is as fast).
+
+``--paired N`` times otherwise: one worker process per tree stays up (each warmed, a compiled case compiled once),
+and the two take single calls in turn, N pairs per case, the order flipped every pair, with a pause between calls
+for the idle side's threads to sleep. A pair's two calls are a few seconds apart, so a slow spell of a shared
+machine (seconds to minutes: rounds of whole processes vary by 20% here) falls on both; the ratios are per pair.
 """
 
 from __future__ import annotations
@@ -74,6 +79,50 @@ def worker(cases: list[str], reps: int) -> None:
     print(json.dumps(out))
 
 
+def serve(cases: list[str]) -> None:
+    """A paired worker: build and warm every case, say so, then time one call of each case named on stdin."""
+    import torch
+
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        calls = {name: _case(name) for name in cases}
+        for call in calls.values():
+            call()
+        print("ready", flush=True)
+        for line in sys.stdin:
+            start = time.perf_counter()
+            calls[line.strip()]()
+            print(time.perf_counter() - start, flush=True)
+
+
+def paired(trees: dict[str, str], cases: list[str], pairs: int, pause: float = 0.5) -> dict[str, dict]:
+    """``case -> {side: [seconds per call]}`` from a worker per tree taking single calls in turn (module docstring)."""
+    workers = {}
+    for side, src in trees.items():
+        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "2"}
+        workers[side] = subprocess.Popen([sys.executable, __file__, "--serve", ",".join(cases)], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for w in workers.values():  # both warm before any timing (a compiled case compiles here)
+            assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+        times: dict[str, dict[str, list[float]]] = {c: {side: [] for side in trees} for c in cases}
+        for p in range(pairs):
+            for case in cases:
+                for side in (list(trees) if p % 2 == 0 else list(trees)[::-1]):
+                    time.sleep(pause)  # the other side's threads stop spinning
+                    w = workers[side]
+                    assert w.stdin is not None and w.stdout is not None
+                    w.stdin.write(case + "\n")
+                    w.stdin.flush()
+                    times[case][side].append(float(w.stdout.readline()))
+            print(f"pair {p + 1}/{pairs}: " + ", ".join(f"{c} {t['before'][-1]:.3f}/{t['after'][-1]:.3f}s"
+                                                      for c, t in times.items()), flush=True)
+        return times
+    finally:
+        for w in workers.values():
+            w.kill()
+
+
 def run(src: str, cases: list[str], reps: int) -> dict[str, list[float]]:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "2"}
     done = subprocess.run([sys.executable, __file__, "--worker", ",".join(cases), "--reps", str(reps)], env=env,
@@ -93,10 +142,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compiled-rounds", type=int, default=3, help="compiled rounds per tree (default 3)")
     parser.add_argument("--reps", type=int, default=3, help="timed calls per case in a round (default 3)")
     parser.add_argument("--cases", default=",".join(EAGER + COMPILED), help="the cases, comma-separated")
+    parser.add_argument("--paired", type=int, default=0,
+                        help="time N pairs of single calls from two workers that stay up, instead of rounds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
     if "--worker" in (sys.argv[1:] if argv is None else argv):
         args = parser.parse_args(argv)
         return worker(args.worker.split(","), args.reps)
+    if "--serve" in (sys.argv[1:] if argv is None else argv):
+        return serve(parser.parse_args(argv).serve.split(","))
     from aiayn.benchmark.scripts import script_args, write_results
 
     args = script_args(parser, argv, {"rounds": 1, "compiled_rounds": 0, "reps": 1, "cases": "llama-tiny-b16"},
@@ -107,6 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     plan = [([c for c in EAGER if c in chosen], args.rounds), ([c for c in COMPILED if c in chosen],
                                                                  args.compiled_rounds)]
     plan = [(cases, rounds) for cases, rounds in plan if cases and rounds]
+    if args.paired:  # each call its own "round" of one: the ratios below are per pair
+        plan = []
+        for case, sides in paired(trees, chosen, args.paired).items():
+            times[case] = {side: [[t] for t in ts] for side, ts in sides.items()}
     for cases, rounds in plan:
         for r in range(rounds):
             order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
@@ -123,6 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, IndexError):
         flags = []
     result: dict = {"machine": machine(), "threads": 2, "before": args.before, "after": args.after,
+                    "method": f"{args.paired} pairs of single calls" if args.paired else
+                    f"rounds of processes, the fastest of {args.reps} calls each",
                     "cpu_flags": {f: f in flags for f in ("avx2", "avx512f", "amx_tile", "avx512_vnni", "avx_vnni")},
                     "cases": {}}
     for case, sides in times.items():

@@ -497,6 +497,13 @@ def test_serve_load_quick_serves_every_request(tmp_path, mode):
     assert levels and all(lv["failed"] == 0 and lv["requests"] > 0 for lv in levels)
 
 
+def test_session_speed_paired_times_single_calls_in_turn(tmp_path):
+    run_script("session_speed", "--quick", "--paired", "2", "--out", tmp_path / "r", cwd=tmp_path)
+    result = json.loads((tmp_path / "r" / "session_speed.json").read_text())
+    case = result["cases"]["llama-tiny-b16"]
+    assert case["rounds"] == 2 and len(case["before_calls_s"]) == 2 and result["method"] == "2 pairs of single calls"
+
+
 def test_session_speed_quick_times_a_case_from_both_trees(tmp_path):
     out = run_script("session_speed", "--quick", "--out", tmp_path / "r", cwd=tmp_path)
     assert "before/after" in out
