@@ -12,6 +12,9 @@ Llama-tiny at batch 16 and the base Transformer greedy. A round's figure for a t
 Reported per case: seconds per call of each tree (median over rounds) and the ratio before / after per round, its
 lower quartile and median (>= 1: after is as fast).
 
+``--ops`` counts instead of timing (no noise): the Python function calls and the aten operators of one call of each
+case, from each tree (``session_ops.json``): whether the two trees do the same work, whatever the clock says.
+
 ``--paired N`` times otherwise: one worker process per tree stays up (each warmed, a compiled case compiled once),
 and the two take single calls in turn, N pairs per case, the order flipped every pair, with a pause between calls
 for the idle side's threads to sleep. A pair's two calls are a few seconds apart, so a slow spell of a shared
@@ -76,6 +79,29 @@ def worker(cases: list[str], reps: int) -> None:
                 call()
                 times.append(time.perf_counter() - start)
             out[name] = times
+    print(json.dumps(out))
+
+
+def count_ops(cases: list[str]) -> None:
+    """An ops worker: per case, the Python calls (cProfile) and aten operators (torch.profiler) of one call."""
+    import cProfile
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(2)
+    out = {}
+    with torch.no_grad():
+        for name in cases:
+            call = _case(name)
+            call()
+            python = cProfile.Profile()
+            python.runcall(call)
+            with profile(activities=[ProfilerActivity.CPU]) as ops:
+                call()
+            out[name] = {"python_calls": pstats.Stats(python).total_calls,
+                         "aten_ops": sum(e.count for e in ops.key_averages() if e.key.startswith("aten::"))}
     print(json.dumps(out))
 
 
@@ -144,19 +170,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", default=",".join(EAGER + COMPILED), help="the cases, comma-separated")
     parser.add_argument("--paired", type=int, default=0,
                         help="time N pairs of single calls from two workers that stay up, instead of rounds")
+    parser.add_argument("--ops", action="store_true", help="count each tree's Python calls and aten operators")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--count", help=argparse.SUPPRESS)
     if "--worker" in (sys.argv[1:] if argv is None else argv):
         args = parser.parse_args(argv)
         return worker(args.worker.split(","), args.reps)
     if "--serve" in (sys.argv[1:] if argv is None else argv):
         return serve(parser.parse_args(argv).serve.split(","))
+    if "--count" in (sys.argv[1:] if argv is None else argv):
+        return count_ops(parser.parse_args(argv).count.split(","))
     from aiayn.benchmark.scripts import script_args, write_results
 
     args = script_args(parser, argv, {"rounds": 1, "compiled_rounds": 0, "reps": 1, "cases": "llama-tiny-b16"},
                        "session_speed", results=RESULTS)
     chosen = args.cases.split(",")
     trees = {"before": args.before, "after": args.after}
+    if args.ops:
+        counted = {}
+        for side, src in trees.items():
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "2"}
+            done = subprocess.run([sys.executable, __file__, "--count", ",".join(chosen)], env=env, check=True,
+                                  capture_output=True, text=True, timeout=1800)
+            counted[side] = json.loads(done.stdout.strip().splitlines()[-1])
+        rows = {c: {side: counted[side][c] for side in trees} for c in chosen}
+        for c, r in rows.items():
+            print(f"{c:36} python calls {r['before']['python_calls']} -> {r['after']['python_calls']}, aten ops "
+                  f"{r['before']['aten_ops']} -> {r['after']['aten_ops']}")
+        write_results(args.out, "session_ops", {"before": args.before, "after": args.after, "cases": rows})
+        return None
     times: dict[str, dict[str, list[list[float]]]] = {case: {"before": [], "after": []} for case in chosen}
     plan = [([c for c in EAGER if c in chosen], args.rounds), ([c for c in COMPILED if c in chosen],
                                                                  args.compiled_rounds)]

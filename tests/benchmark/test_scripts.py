@@ -497,6 +497,12 @@ def test_serve_load_quick_serves_every_request(tmp_path, mode):
     assert levels and all(lv["failed"] == 0 and lv["requests"] > 0 for lv in levels)
 
 
+def test_session_speed_ops_counts_the_same_work_in_the_same_tree(tmp_path):
+    run_script("session_speed", "--quick", "--ops", "--out", tmp_path / "r", cwd=tmp_path)
+    rows = json.loads((tmp_path / "r" / "session_ops.json").read_text())["cases"]["llama-tiny-b16"]
+    assert rows["before"] == rows["after"] and rows["after"]["aten_ops"] > 0  # one tree twice: equal counts
+
+
 def test_session_speed_paired_times_single_calls_in_turn(tmp_path):
     run_script("session_speed", "--quick", "--paired", "2", "--out", tmp_path / "r", cwd=tmp_path)
     result = json.loads((tmp_path / "r" / "session_speed.json").read_text())
