@@ -63,16 +63,27 @@ def _case(name: str):  # -> (model, call)
     return lambda: model.generate(src, max_new_tokens=32, num_beams=beams, compile=compiled)
 
 
-def worker(cases: list[str], reps: int) -> None:
-    """Time each case ``reps`` times after a warm-up call (which compiles a compiled case); print JSON."""
+def warmed(cases: list[str]) -> dict:
+    """``name -> call`` of each case on 2 threads, each called once (a warm-up, which compiles a compiled case).
+    Case by case, so a case is warm when the next one is built."""
     import torch
 
     torch.set_num_threads(2)
-    out = {}
+    calls = {}
     with torch.no_grad():
         for name in cases:
-            call = _case(name)
-            call()
+            calls[name] = _case(name)
+            calls[name]()
+    return calls
+
+
+def worker(cases: list[str], reps: int) -> None:
+    """Time each case ``reps`` times after a warm-up call; print JSON."""
+    import torch
+
+    out = {}
+    with torch.no_grad():
+        for name, call in warmed(cases).items():
             times = []
             for _ in range(reps):
                 start = time.perf_counter()
@@ -90,12 +101,9 @@ def count_ops(cases: list[str]) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(2)
     out = {}
     with torch.no_grad():
-        for name in cases:
-            call = _case(name)
-            call()
+        for name, call in warmed(cases).items():
             python = cProfile.Profile()
             python.runcall(call)
             with profile(activities=[ProfilerActivity.CPU]) as ops:
@@ -109,11 +117,8 @@ def serve(cases: list[str]) -> None:
     """A paired worker: build and warm every case, say so, then time one call of each case named on stdin."""
     import torch
 
-    torch.set_num_threads(2)
+    calls = warmed(cases)
     with torch.no_grad():
-        calls = {name: _case(name) for name in cases}
-        for call in calls.values():
-            call()
         print("ready", flush=True)
         for line in sys.stdin:
             start = time.perf_counter()
