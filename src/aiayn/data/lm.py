@@ -7,6 +7,13 @@
 Training batches take random offsets (as nanoGPT does); batch k is drawn from a generator seeded with
 ``(seed, k)``, so the order is deterministic and a resumed run skips ahead by arithmetic, not replay.
 Validation uses consecutive blocks, each token predicted once.
+
+A model with a memory of the segment before (Transformer-XL) trains on streams instead (:func:`lm_streams`): the
+text cut into ``batch_size`` equal pieces, one per row, each read in order, so row b of batch k + 1 continues row b
+of batch k and the memory a row carries is the text just before it:
+
+    row 0   t0  t1  t2 | t3  t4  t5 | ...        batch 0 | batch 1 | ...   (block 3)
+    row 1   tN  .. ..  | ..  ..  .. | ...        N = the piece's length
 """
 
 from __future__ import annotations
@@ -48,4 +55,23 @@ def lm_blocks(tokens: Tensor, block: int, batch_size: int, max_blocks: int | Non
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, n, batch_size)]
 
 
-__all__ = ["lm_batches", "lm_blocks"]
+def lm_streams(tokens: Tensor, block: int, batch_size: int, start: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless ``(inputs, targets)``, each ``(batch_size, block)``, that read ``batch_size`` streams in order (the
+    module's docstring; Transformer-XL's ordered iterator): row b of each batch continues row b of the one before,
+    from the start of its piece again after its last whole block (an epoch). ``start`` skips batches."""
+    _check(tokens, block)
+    per_row = (tokens.numel() - 1) // batch_size  # each row's piece, its last target included
+    if per_row < block:
+        raise ValueError(f"a text of {tokens.numel()} tokens cut into {batch_size} streams leaves {per_row} tokens a "
+                         f"stream, fewer than a block of {block}")
+    x = tokens[: batch_size * per_row].view(batch_size, per_row)  # (B, N)
+    y = tokens[1 : batch_size * per_row + 1].view(batch_size, per_row)
+    blocks = per_row // block
+    k = start
+    while True:
+        at = (k % blocks) * block
+        yield x[:, at : at + block], y[:, at : at + block]
+        k += 1
+
+
+__all__ = ["lm_batches", "lm_blocks", "lm_streams"]
