@@ -203,7 +203,10 @@ def main(argv: list[str] | None = None) -> None:
         for c, r in rows.items():
             print(f"{c:36} python calls {r['before']['python_calls']} -> {r['after']['python_calls']}, aten ops "
                   f"{r['before']['aten_ops']} -> {r['after']['aten_ops']}")
-        write_results(args.out, "session_ops", {"before": args.before, "after": args.after, "cases": rows})
+        from aiayn.benchmark.harness import machine
+
+        write_results(args.out, "session_ops", {"machine": machine(), "before": args.before, "after": args.after,
+                                                "cases": rows})
         return None
     times: dict[str, dict[str, list[list[float]]]] = {case: {"before": [], "after": []} for case in chosen}
     plan = [([c for c in EAGER if c in chosen], args.rounds), ([c for c in COMPILED if c in chosen],

@@ -36,16 +36,14 @@ def test_segments_read_through_the_memory_as_one_pass_over_the_text():
 
 
 def test_the_memory_keeps_the_last_mem_len_states_and_no_gradient():
-    model = small().train()
+    model = small().train()  # dropout 0: the states are the evaluation's
     memory = model.new_memory()  # mem_len 6
-    first = torch.randint(0, 53, (2, 4))
-    model(first, memory)
-    model(torch.randint(0, 53, (2, 5)), memory)
+    ids = torch.randint(0, 53, (2, 9))
+    model(ids[:, :4], memory)
+    model(ids[:, 4:], memory)
     assert memory.length == 6  # 4 + 5 positions, the last 6 kept
-    model.eval()
-    with torch.no_grad():
-        again = model.new_memory()
-        model(first, again)
+    with torch.no_grad():  # the first layer's memory is its input: the embedded last 6 tokens
+        torch.testing.assert_close(memory[0], model.embed(ids)[:, -6:])
     assert not any(m.requires_grad for m in memory)
 
 

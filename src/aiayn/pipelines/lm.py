@@ -127,9 +127,8 @@ def generate(run: str | os.PathLike, prompt: str, *, device: str | torch.device 
 def prompt_ids(tok, prompt: str, positions: int, new_tokens: int | None = None, *, field: str = "prompt",
                reader: str = "the model") -> list[int]:
     """The ids of ``prompt`` (the end-of-text token for an empty one), refused when they leave no room among
-    ``positions`` (the model's, or fewer a server allows) for a new token, or for ``new_tokens`` of them: never
-    fewer tokens than asked without a word. The pipeline and the server check a prompt here, each naming its
-    fields (``field``; ``SettingError.name`` ``"max_new_tokens"``, which a door spells its own way).
+    ``positions`` (the model's, or fewer a server allows) for a new token, or for ``new_tokens`` of them
+    (:func:`check_room`). The pipeline and the server check a prompt here, each naming its fields.
 
     Raises:
         SettingError: naming ``field`` or ``max_new_tokens``, the tokens and the positions.
@@ -137,12 +136,20 @@ def prompt_ids(tok, prompt: str, positions: int, new_tokens: int | None = None, 
     ids = tok.encode(prompt) or ([tok.eos_id] if tok.eos_id is not None else [])
     if not ids:
         raise SettingError(field, "is empty and the tokenizer has no end-of-text token to start from")
-    if len(ids) >= positions:
-        raise SettingError(field, f"is {len(ids)} tokens; {reader} reads at most {positions} with the new ones")
-    if new_tokens is not None and len(ids) + new_tokens > positions:
-        raise SettingError("max_new_tokens", f"is {new_tokens}, but {field} is {len(ids)} tokens and {reader} reads "
-                                             f"at most {positions} positions: at most {positions - len(ids)}")
+    check_room(len(ids), positions, new_tokens, field=field, reader=reader)
     return ids
+
+
+def check_room(n: int, positions: int, new_tokens: int | None = None, *, field: str = "prompt",
+               reader: str = "the model") -> None:
+    """Refuse a prompt of ``n`` tokens that leaves no room among ``positions`` for a new token, or for
+    ``new_tokens``: never fewer tokens than asked without a word (``SettingError.name`` ``field`` or
+    ``"max_new_tokens"``, which a door spells its own way)."""
+    if n >= positions:
+        raise SettingError(field, f"is {n} tokens; {reader} reads at most {positions} with the new ones")
+    if new_tokens is not None and n + new_tokens > positions:
+        raise SettingError("max_new_tokens", f"is {new_tokens}, but {field} is {n} tokens and {reader} reads "
+                                             f"at most {positions} positions: at most {positions - n}")
 
 
 def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
@@ -158,7 +165,7 @@ def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
                                              f"for a new one (pass max_new_tokens)")
         max_new_tokens, asked = max_length - len(ids), True
     if asked:
-        prompt_ids(tok, prompt, model.cfg.max_len, max_new_tokens)
+        check_room(len(ids), model.cfg.max_len, max_new_tokens)
     return ids, min(max_new_tokens, model.cfg.max_len - len(ids))
 
 
@@ -269,4 +276,5 @@ def stream_text(model, tok, prompt: str, *, stop: list[str] | None = None, seed:
         yield rest
 
 
-__all__ = ["DEFAULTS", "Text", "complete", "continuations", "generate", "load_lm_run", "prompt_ids", "stream_text"]
+__all__ = ["DEFAULTS", "Text", "check_room", "complete", "continuations", "generate", "load_lm_run", "prompt_ids",
+           "stream_text"]
