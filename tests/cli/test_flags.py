@@ -23,7 +23,7 @@ VALUES = {
     "data_dir": "some/folder", "test_dir": "other/folder", "src_lang": "en", "tgt_lang": "zh", "tokenizer": "bpe",
     "vocab_size": 333, "n_train": 123, "n_test": 45, "max_tokens": 777, "schedule": "linear", "lr_factor": 0.7,
     "label_smoothing": 0.2, "beam": 3, "block": 32, "batch_size": 5, "lr": 0.0123, "beta2": 0.9,
-    "weight_decay": 0.3, "clip": 0.5, "eval_blocks": 9, "max_len": 48, "noise": "mask,delete", "noise_ratio": 0.2,
+    "weight_decay": 0.3, "clip": 0.5, "eval_blocks": 9, "eval_mem_len": 300, "max_len": 48, "noise": "mask,delete", "noise_ratio": 0.2,
     "shift": 1, "image_size": 96, "max_objects": 2, "lr_backbone": 0.002, "eos_coef": 0.3,
     "init_from": "runs/pretrained", "freeze": 2, "body_lr": 0.1, "n_examples": 77, "val_fraction": 0.2,
     "test_fraction": 0.15, "split_seed": 4, "model_type": "gpt", "log": "tensorboard", "nsp": False,

@@ -188,3 +188,43 @@ def test_a_converted_gpt2_folder_generates_like_hugging_face(tmp_path):
         {"generated_text": "the quick" + text}]
     bad = run_cli("convert", "hf-marian", str(tmp_path / "hf"), str(tmp_path / "x"))
     assert bad.returncode == 2 and "holds a 'gpt2' model, not 'marian'" in bad.stderr
+
+
+def test_a_transformer_xl_trains_over_ordered_streams_and_scores_with_its_memory(tmp_path):
+    from aiayn.recipes.lm import perplexity
+
+    lines = date_lines(400, seed=2)
+    train, val = tmp_path / "train.txt", tmp_path / "val.txt"
+    train.write_text("\n".join(lines[:300]) + "\n")
+    val.write_text("\n".join(lines[300:]) + "\n")
+    small = {"d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 64, "mem_len": 16, "dropout": 0.0}
+    result = recipes.train("lm", data=str(train), val_data=str(val), tokenizer="char", preset="transfo-xl-char",
+                           steps=300, warmup=10, eval_every=300, block=16, batch_size=8, model=small,
+                           out=str(tmp_path), progress=False, verbose=False)
+    run = result["run"]
+    # Baseline: the unigram entropy of the date lines' characters is 3.2 nats (see the default job's test); seeds
+    # 0-2 of this run reach 2.02-2.06 after 300 updates.
+    assert result["validation"][-1]["val_loss"] < 2.5
+    # A memory at least as long as a stream gives each token everything before it in its stream: scoring in
+    # segments of 16 then equals one pass over each stream's whole text (the memory is the context, no more)
+    model, tok = load_lm_run(run)
+    ids = torch.tensor(tok.encode(val.read_text()))
+    rows = 4
+    per_row = (ids.numel() - 1) // rows // 16 * 16
+    x = ids[: rows * ((ids.numel() - 1) // rows)].view(rows, -1)[:, :per_row]
+    y = ids[1 : rows * ((ids.numel() - 1) // rows) + 1].view(rows, -1)[:, :per_row]
+    with torch.no_grad():
+        whole = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    scored = perplexity(run, val, batch_size=rows, mem_len=per_row)
+    assert scored["tokens"] == x.numel()
+    assert scored["loss"] == pytest.approx(whole, rel=1e-5)
+    # with no memory each segment starts blind: worse than with the whole stream behind it
+    assert perplexity(run, val, batch_size=rows, mem_len=0)["loss"] > scored["loss"]
+    out = run_cli("evaluate", "--run", str(run), "--data", str(val), "--mem-len", "0", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "".join(generate(run, "monday", max_new_tokens=8, do_sample=False)) != ""
+    gpt = recipes.train("lm", data=str(train), tokenizer="char", steps=1, warmup=1, block=16,
+                        model={"d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16}, out=str(tmp_path / "gpt"),
+                        progress=False, verbose=False)
+    with pytest.raises(ValueError, match="keeps no memory"):
+        perplexity(gpt["run"], val, mem_len=8)

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--beam", type=int, default=None, help="translation: beam size (default 4; 1 = greedy)")
     e.add_argument("--weights", default=None, help="translation: other weights of the run's model than its last, "
                                                    "e.g. average.safetensors or best.safetensors")
+    e.add_argument("--mem-len", type=int, default=None, help="lm with a memory (Transformer-XL): positions it keeps "
+                                                             "(default the model's; longer reads more context)")
     e.add_argument("--device", default=None, help=DEVICE_HELP)
     e.add_argument("--int8", action="store_true", help=INT8_HELP)
     e.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -386,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 check(num_beams=args.beam)  # the same words as translate's --beam
             options = {**{k: getattr(args, k) for k in ("data", "data_dir", "split", "src_lang", "tgt_lang", "beam",
-                                                        "weights")}, **_run_on(args)}
+                                                        "weights", "mem_len")}, **_run_on(args)}
             scores = evaluate(args.run, **{k: v for k, v in options.items() if v is not None})
             print(json.dumps(scores, indent=2) if args.json else _format_scores(scores))
         elif args.command == "generate":

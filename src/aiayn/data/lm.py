@@ -18,6 +18,7 @@ of batch k and the memory a row carries is the text just before it:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -74,4 +75,17 @@ def lm_streams(tokens: Tensor, block: int, batch_size: int, start: int = 0) -> I
         k += 1
 
 
-__all__ = ["lm_batches", "lm_blocks", "lm_streams"]
+def lm_stream_pass(tokens: Tensor, block: int, batch_size: int, max_blocks: int | None = None
+                   ) -> list[tuple[Tensor, Tensor]]:
+    """One pass of :func:`lm_streams`, each row's segments in order (validation with a memory): at most
+    ``batch_size`` rows (fewer when the text is too short to give each one a block), at most ``max_blocks`` blocks
+    in all."""
+    _check(tokens, block)
+    rows = min(batch_size, (tokens.numel() - 1) // block)
+    n = (tokens.numel() - 1) // rows // block  # segments a row reads
+    if max_blocks is not None:
+        n = max(1, min(n, max_blocks // rows))
+    return list(itertools.islice(lm_streams(tokens, block, rows), n))
+
+
+__all__ = ["lm_batches", "lm_blocks", "lm_stream_pass", "lm_streams"]

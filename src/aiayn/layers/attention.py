@@ -113,6 +113,7 @@ class MultiHeadAttention(nn.Module):
         pos: Tensor | None = None,
         memory_pos: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
+        score_inputs: dict[str, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` to itself, or to ``memory`` (cross-attention): ``attn(x, memory, mask=m)``; every
         argument after ``memory`` is keyword-only.
@@ -134,6 +135,8 @@ class MultiHeadAttention(nn.Module):
             rotary: ``(cos, sin)`` of :class:`aiayn.layers.RotaryEmbedding` for the new positions, ``(T, D)``
                 or ``(B, 1, T, D)``: self-attention's queries and keys are rotated by them (RoPE) before the
                 keys are cached.
+            score_inputs: what else a ``score`` reads besides the queries and keys (XLNet's segments,
+                :class:`aiayn.layers.relative.RelativeScore`).
 
         Returns:
             ``(out, weights)``: ``(B, T, C)`` and the weights or ``None``.
@@ -167,7 +170,8 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, mask, self.dropout if self.training else 0.0, is_causal, need_weights or record
             )
         else:  # another scoring function (aiayn.layers.scoring), always explicit
-            out, weights = self.score.attend(q, k, v, mask, self.dropout if self.training else 0.0, is_causal)
+            out, weights = self.score.attend(q, k, v, mask, self.dropout if self.training else 0.0, is_causal,
+                                             **(score_inputs or {}))
         if record:
             assert weights is not None  # asked for (need_weights or record)
             for rec in _recorders:

@@ -80,18 +80,35 @@ class EncoderBlock(_Block):
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None, is_causal: bool = False,
-                pos: Tensor | None = None, mems: Tensor | None = None) -> Tensor:
+                pos: Tensor | None = None, mems: Tensor | None = None, context: Tensor | None = None,
+                score_inputs: dict[str, Tensor] | None = None, targets: Tensor | None = None) -> Tensor:
         """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend, broadcastable to ``(B, H, S, S)``
         (padding: ``(B, 1, 1, S)``); ``is_causal``: causal without a materialised mask; ``pos`` ``(B, S, C)`` is
         added to the queries and keys of self-attention, not to the values (DETR); ``mems`` ``(B, M, C)``: the
         earlier segment's states, which self-attention also reads, as keys and values before ``x``'s
-        (Transformer-XL's recurrence; the mask then covers ``(S, M + S)``)."""
-        if mems is None:
-            x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos)[0])
+        (Transformer-XL's recurrence; the mask then covers ``(S, M + S)``). ``context`` ``(B, K, C)``: the keys'
+        and values' states instead of ``x``'s (XLNet's query stream reads the content stream, ``mems`` then
+        unused); ``score_inputs``: a ``score``'s other inputs (:meth:`MultiHeadAttention.forward`); ``targets``
+        ``(B, K, T)`` one-hot rows, with ``context``: ``x`` holds ``K`` rows that attend from these of the ``T``
+        positions (XLNet's predictions; the projections have no biases, so placing the rows before them is placing
+        the queries)."""
+        if context is not None:
+            keys = self.norm1(context) if self.norm_first else context  # as the queries' states are
+
+            def attend(h: Tensor) -> Tensor:
+                at = h if targets is None else targets.transpose(1, 2) @ h  # (B, T, C): each row at its position
+                out = self.self_attn(at, keys, mask=mask, score_inputs=score_inputs)[0]
+                return out if targets is None else targets @ out  # back to the rows: (B, K, C)
+
+            x = self._sublayer(x, self.norm1, attend)
+        elif mems is None:
+            x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, mask=mask, is_causal=is_causal, pos=pos,
+                                                                       score_inputs=score_inputs)[0])
         else:
             before = self.norm1(mems) if self.norm_first else mems  # as the segment's states are, before attending
             x = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, torch.cat([before, h], dim=1), mask=mask,
-                                                                       is_causal=is_causal)[0])
+                                                                       is_causal=is_causal,
+                                                                       score_inputs=score_inputs)[0])
         return self._sublayer(x, self.norm2, self.ff)
 
 

@@ -274,12 +274,12 @@ class SegmentMemory(list):
 
     Args:
         n_layers: one entry per layer (``None`` until the first segment).
-        mem_len: the positions kept; 0 keeps none (each segment alone).
+        mem_len: the positions kept; 0 keeps none (each segment alone), ``None`` all (XLNet's default).
     """
 
-    def __init__(self, n_layers: int, mem_len: int) -> None:
-        if mem_len < 0:
-            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+    def __init__(self, n_layers: int, mem_len: int | None) -> None:
+        if mem_len is not None and mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0 or None (all), got {mem_len}")
         super().__init__([None] * n_layers)
         self.mem_len = mem_len
 
@@ -295,7 +295,8 @@ class SegmentMemory(list):
         with torch.no_grad():
             for i, h in enumerate(states):
                 both = h if self[i] is None else torch.cat([self[i], h], dim=1)  # (B, M + T, C)
-                self[i] = both[:, max(0, both.size(1) - self.mem_len):].detach()
+                keep = both.size(1) if self.mem_len is None else self.mem_len
+                self[i] = both[:, max(0, both.size(1) - keep):].detach()
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (a beam search's survivors, rows leaving)."""

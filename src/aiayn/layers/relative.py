@@ -18,7 +18,14 @@ slides row i left by T - 1 - i, so that column j holds distance i - j:
 done by padding a zero column, viewing the rows one longer and dropping the first: no copy of the scores. The
 columns it fills for j > i + S - T (the future) hold other rows' values; the causal mask hides them.
 
-Shapes: B batch, H heads, T queries, S keys (the memory's and the segment's), D head dim, C model dim.
+XLNet (Yang et al., 2019) reads the same score in both directions (``bidirectional``): the distances run on to
+-(T - 1), a key after the query, L = S + T - 1 of them, and the same shift takes the first S columns. It adds a
+term for segments (section 2.5, "relative segment encodings"): whether query i and key j lie in the same segment
+(sentence A or B), not which, each choice a learned vector per head ``s_0``, ``s_1``:
+
+    A_ij += (q_i + b) . s_[seg(i) != seg(j)]         b: a third global bias
+
+Shapes: B batch, H heads, T queries, S keys (the memory's and the segment's), L distances, D head dim, C model dim.
 """
 
 from __future__ import annotations
@@ -32,12 +39,15 @@ from aiayn.layers.positional import sinusoids
 from aiayn.layers.scoring import Scorer
 
 
-def relative_shift(x: Tensor) -> Tensor:
-    """``(B, H, T, S)`` scores of every query against the distances S - 1 .. 0 -> scores against the keys:
-    ``out[..., i, j] = x[..., i, j + T - 1 - i]`` wherever ``j + T - 1 - i < S`` (the module's docstring)."""
-    b, h, t, s = x.shape
-    padded = torch.cat([x.new_zeros(b, h, t, 1), x], dim=-1)  # (B, H, T, 1 + S)
-    return padded.view(b, h, s + 1, t)[:, :, 1:].reshape(b, h, t, s)  # each row moved by one more
+def relative_shift(x: Tensor, keys: int | None = None) -> Tensor:
+    """``(B, H, T, L)`` scores of every query against the distances S - 1, S - 2, ... (L of them) -> scores
+    against the ``keys`` S (default L): ``out[..., i, j] = x[..., i, j + T - 1 - i]`` wherever
+    ``j + T - 1 - i < L`` (the module's docstring)."""
+    b, h, t, n = x.shape
+    s = n if keys is None else keys
+    padded = torch.cat([x.new_zeros(b, h, t, 1), x], dim=-1)  # (B, H, T, 1 + L)
+    shifted = padded.view(b, h, n + 1, t)[:, :, 1:].reshape(b, h, t, n)  # each row moved by one more
+    return shifted if s == n else shifted[..., :s]
 
 
 class RelativeScore(Scorer):
@@ -46,39 +56,59 @@ class RelativeScore(Scorer):
     Args:
         d_model: the width of the sinusoids R (the model's).
         n_heads, d_head: the attention's heads and their width.
-        clamp_len: distances beyond it are encoded as ``clamp_len`` (``None``: none clamped).
+        clamp_len: distances beyond it (either way) are encoded as ``clamp_len`` (``None``: none clamped).
         dropout: on the sinusoids before their projection (Transformer-XL drops them as it drops embeddings).
+        bidirectional: distances of keys after the query too (XLNet's ``attn_type="bi"``), else only those
+            before it and itself (a causal model's: the others are masked anyway).
+        segments: XLNet's relative segment term; its ``forward`` then takes ``segments``.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, clamp_len: int | None = None,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, *, bidirectional: bool = False, segments: bool = False) -> None:
         super().__init__()
         self.d_model, self.n_heads, self.d_head, self.clamp_len = d_model, n_heads, d_head, clamp_len
+        self.bidirectional = bidirectional
         self.r_net = nn.Linear(d_model, n_heads * d_head, bias=False)  # W_kR
         self.u = nn.Parameter(torch.zeros(n_heads, d_head))  # the content bias, r_w_bias in the original code
         self.v = nn.Parameter(torch.zeros(n_heads, d_head))  # the position bias, r_r_bias
+        if segments:
+            self.b = nn.Parameter(torch.zeros(n_heads, d_head))  # the segment bias, r_s_bias
+            self.segment = nn.Parameter(torch.zeros(2, n_heads, d_head))  # s_0 (same segment), s_1 (other)
+        self.segments = segments
         self.dropout = nn.Dropout(dropout)
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.u, std=0.02)
-        nn.init.normal_(self.v, std=0.02)
+        for p in (self.u, self.v, *((self.b, self.segment) if self.segments else ())):
+            nn.init.normal_(p, std=0.02)
 
-    def distances(self, s: int, device: torch.device) -> Tensor:
-        """``(H, S, D)``: r for the distances S - 1 .. 0 (clamped at ``clamp_len``)."""
-        d = torch.arange(s - 1, -1, -1, device=device)  # (S,)
+    def distances(self, t: int, s: int, device: torch.device) -> Tensor:
+        """``(H, L, D)``: r for the distances S - 1, S - 2, ... down to 0, or to -(T - 1) when
+        ``bidirectional`` (clamped at ``clamp_len`` either way)."""
+        d = torch.arange(s - 1, -t if self.bidirectional else -1, -1, device=device)  # (L,)
         if self.clamp_len is not None:
-            d = d.clamp(max=self.clamp_len)
+            d = d.clamp(-self.clamp_len, self.clamp_len)
         r = self.r_net(self.dropout(sinusoids(d, self.d_model, "concat").to(device, self.r_net.weight.dtype)))
-        return r.view(s, self.n_heads, self.d_head).transpose(0, 1)  # (H, S, D)
+        return r.view(d.numel(), self.n_heads, self.d_head).transpose(0, 1)  # (H, L, D)
 
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:  # (B, H, T, D), (B, H, S, D) -> (B, H, T, S)
-        r = self.distances(k.size(-2), q.device)  # (H, S, D)
+    def forward(self, q: Tensor, k: Tensor, segments: Tensor | None = None) -> Tensor:
+        """``q`` ``(B, H, T, D)``, ``k`` ``(B, H, S, D)`` -> ``(B, H, T, S)``; ``segments`` bool ``(B, T, S)``:
+        ``True`` where query and key lie in different segments (only with ``segments=True``; ``None``: no
+        segment term, as ``transformers`` leaves it without ``token_type_ids``)."""
+        t, s = q.size(-2), k.size(-2)
+        r = self.distances(t, s, q.device)  # (H, L, D)
         content = (q + self.u[:, None]) @ k.transpose(-2, -1)  # (a) + (c): (B, H, T, S)
-        position = relative_shift((q + self.v[:, None]) @ r.transpose(-2, -1))  # (b) + (d): (B, H, T, S)
-        return (content + position) / math.sqrt(self.d_head)
+        position = relative_shift((q + self.v[:, None]) @ r.transpose(-2, -1), s)  # (b) + (d): (B, H, T, S)
+        scores = content + position
+        if segments is not None:
+            if not self.segments:
+                raise ValueError("segments given to a RelativeScore built without segments=True")
+            e = (q + self.b[:, None]) @ self.segment.permute(1, 2, 0)  # (B, H, T, 2): same, other
+            scores = scores + torch.where(segments[:, None], e[..., 1:], e[..., :1])
+        return scores / math.sqrt(self.d_head)
 
     def extra_repr(self) -> str:
-        return f"n_heads={self.n_heads}, d_head={self.d_head}, clamp_len={self.clamp_len}"
+        return (f"n_heads={self.n_heads}, d_head={self.d_head}, clamp_len={self.clamp_len}, "
+                f"bidirectional={self.bidirectional}, segments={self.segments}")
 
 
 __all__ = ["RelativeScore", "relative_shift"]

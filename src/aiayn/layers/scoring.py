@@ -155,15 +155,16 @@ class Scorer(nn.Module):
         """Initialise the scorer's own weights (none by default)."""
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0,
-               is_causal: bool = False) -> tuple[Tensor, Tensor]:
+               is_causal: bool = False, **inputs: Tensor) -> tuple[Tensor, Tensor]:
         """``(out, weights)`` for ``q`` ``(B, H, T, D)``, ``k`` ``(B, H or Hkv, S, D)``, ``v`` ``(B, H or Hkv, S, Dv)``;
         ``mask`` and ``is_causal`` as :func:`aiayn.layers.scaled_dot_product_attention` takes them (kv heads
-        fewer than query heads are repeated for their groups). Returns ``(B, H, T, Dv)`` and ``(B, H, T, S)``."""
+        fewer than query heads are repeated for their groups); ``inputs``: what else the scorer's ``forward``
+        reads (XLNet's segments). Returns ``(B, H, T, Dv)`` and ``(B, H, T, S)``."""
         k, v = repeat_kv(q, k, v)  # grouped-query attention: each kv head for its group of query heads
         if is_causal:
             mask = causal_mask(q.size(-2), k.size(-2), device=q.device)
         hard = "argmax" if self.hard == "sample" and not self.training else self.hard
-        return attend(self(q, k), v, mask, hard, dropout_p)
+        return attend(self(q, k, **inputs), v, mask, hard, dropout_p)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:  # pragma: no cover - each scorer defines it
         raise NotImplementedError

@@ -28,6 +28,7 @@ FAMILY_PACKAGES = (  # aiayn.models.<package>, each with its FAMILY record
     "distilbert",
     "albert",
     "transfo_xl",
+    "xlnet",
 )
 
 FAMILIES: dict[str, Family] = {

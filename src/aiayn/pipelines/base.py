@@ -475,6 +475,8 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
     """
     import re
 
+    from aiayn.pipelines.lm import reach
+
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"text must be a non-empty string, got {text!r}")
     if top_k < 1 or (sentences is not None and sentences < 1):
@@ -484,7 +486,7 @@ def tldr(source: Pipeline | str | os.PathLike, text: str, max_new_tokens: int = 
         raise ValueError(f"source: {p.source} holds a {type(p.model).__name__}, a {p.task} model; a TL;DR "
                          f"summary needs a language model")
     prompt = text.rstrip() + TLDR
-    room = cast(Any, p.model).cfg.max_len - len(p.parts["tok"].encode(prompt))  # fewer drawn where less fits
+    room = reach(p.model) - len(p.parts["tok"].encode(prompt))  # fewer drawn where less fits
     out = cast(str, p.generate(prompt, max_new_tokens=max(1, min(max_new_tokens, room)), temperature=1.0,
                                top_k=top_k, seed=seed))
     if sentences is not None:

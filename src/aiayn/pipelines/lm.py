@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from shlex import quote
@@ -29,6 +30,7 @@ from aiayn.decoding.processing import Processing
 from aiayn.decoding.settings import SettingError, check
 from aiayn.defaults import TEXT_GENERATION
 from aiayn.models.gpt import GPT
+from aiayn.models.transfo_xl import TransfoXL
 from aiayn.pipelines.loading import check_tokenizer, load_model, no_weights, special_ids, to_dtype
 from aiayn.training import device as devices
 
@@ -86,7 +88,8 @@ class Text:
 
 
 def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = None, quantize: str | None = None):
-    """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``).
+    """``(model, tokenizer)`` of a language model's run folder (``aiayn train lm`` or ``aiayn convert``): a GPT
+    (GPT-2, Llama) or a Transformer-XL.
 
     Args:
         device, quantize: where the model goes, and ``"int8"`` for int8 weights on the CPU
@@ -102,7 +105,7 @@ def load_lm_run(run: str | os.PathLike, *, device: str | torch.device | None = N
         raise ValueError(f"{run} is a translation run: use `aiayn translate --run {quote(str(run))}`")
     if not (run / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{run} holds no tokenizer.json")
-    model = cast(GPT, load_model(run, device, quantize, kinds=(GPT,), task="language model"))
+    model = cast(GPT, load_model(run, device, quantize, kinds=(GPT, TransfoXL), task="language model"))
     tok = load_tokenizer(run / "tokenizer.json")
     check_tokenizer(tok, run / "tokenizer.json", model.cfg.vocab_size, special_ids(model.cfg),
                     exact=(run / "args.json").is_file())
@@ -157,7 +160,8 @@ def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
     """The ids of ``prompt`` (:func:`prompt_ids`) and the new tokens to make: ``max_new_tokens`` when ``asked``,
     else ``max_length`` less the prompt where given (``transformers``' meaning: ``max_new_tokens`` wins when both
     are), else the default cut to the room the model has."""
-    ids = prompt_ids(tok, prompt, model.cfg.max_len)
+    positions = reach(model)
+    ids = prompt_ids(tok, prompt, positions)
     if max_length is not None and not asked:
         GenerationConfig(max_length=max_length)  # an integer >= 1, or refused by name
         if max_length <= len(ids):
@@ -165,8 +169,14 @@ def _prompt_ids(model, tok, prompt: str, max_new_tokens: int, asked: bool,
                                              f"for a new one (pass max_new_tokens)")
         max_new_tokens, asked = max_length - len(ids), True
     if asked:
-        check_room(len(ids), model.cfg.max_len, max_new_tokens)
-    return ids, min(max_new_tokens, model.cfg.max_len - len(ids))
+        check_room(len(ids), positions, max_new_tokens)
+    return ids, min(max_new_tokens, positions - len(ids))
+
+
+def reach(model) -> int:
+    """The positions ``model`` reads, prompt and new tokens together: its ``max_len``; a model with a memory of
+    the segments before (Transformer-XL) reads on without end (``sys.maxsize``)."""
+    return getattr(model.cfg, "max_len", sys.maxsize)
 
 
 def _checked(options: dict[str, Any], seed: int | None, **more: Any) -> dict[str, Any]:

@@ -7,23 +7,39 @@ by default, or characters) it reports validation loss and perplexity, and prints
 
 The training is GPT-2's as nanoGPT runs it: AdamW (0.9, 0.95), weight decay 0.1 on matrices only, linear
 warm-up then cosine decay to a tenth of the peak, gradients clipped at norm 1.
+
+A model with a memory of the segment before (``--preset transfo-xl-char``: Transformer-XL, its config's
+``mem_len``) reads the text as Transformer-XL trains: ``batch_size`` streams in order (:func:`aiayn.data.lm_streams`),
+the memory carried from each batch to the next; validation reads the held-out text the same way, in one pass, with
+``eval_mem_len`` positions of memory (section 4.2: longer than in training helps).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
 
 from aiayn.analysis import count_parameters
-from aiayn.data import BPETokenizer, CharTokenizer, date_lines, lm_batches, lm_blocks, load_tokenizer, read_text
+from aiayn.data import (
+    BPETokenizer,
+    CharTokenizer,
+    date_lines,
+    lm_batches,
+    lm_blocks,
+    lm_stream_pass,
+    lm_streams,
+    load_tokenizer,
+    read_text,
+)
 from aiayn.models import build, preset
 from aiayn.pipelines.lm import complete, generate, load_lm_run, stream_text
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
@@ -51,6 +67,8 @@ class Config(RecipeConfig):
     clip: float = setting(1.0, "maximum gradient norm")
     eval_every: int = setting(200, "validate every N updates, keeping the best weights")
     eval_blocks: int = setting(128, "held-out blocks a validation reads")
+    eval_mem_len: int | None = setting(None, "memory positions when validating a model with one (Transformer-XL); "
+                                             "default the model's mem_len")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,6 +77,8 @@ class Config(RecipeConfig):
             raise ValueError(f"tokenizer={self.tokenizer!r}: expected 'bpe' or 'char'")
         if self.val_data is not None and self.data is None:
             raise ValueError("val_data needs data: the made-up lines hold out their own")
+        if self.eval_mem_len is not None and self.eval_mem_len < 0:
+            raise ValueError(f"eval_mem_len must be >= 0, got {self.eval_mem_len}")
         if not 0 < self.beta2 < 1:
             raise ValueError(f"beta2 must be in (0, 1), got {self.beta2}")
 
@@ -69,7 +89,7 @@ def _scores(run: Path, args: dict[str, Any], data: str, **run_on: Any) -> dict[s
 
 
 class LanguageModel(Recipe):
-    evaluation = Evaluation(("data",), "data", _scores)
+    evaluation = Evaluation(("data", "mem_len"), "data", _scores)
     takes_init_from = True
 
     cfg: Config
@@ -106,10 +126,18 @@ class LanguageModel(Recipe):
             self.mcfg = dataclasses.replace(start, **cfg.model)
         else:
             self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, "eos_id": tok.eos_id, **cfg.model})
-        if cfg.block > self.mcfg.max_len:
-            raise ValueError(f"block={cfg.block} is longer than the model's max_len={self.mcfg.max_len}")
+        self.max_len: int | None = getattr(self.mcfg, "max_len", None)  # positions; None: any (a memory model)
+        if self.max_len is not None and cfg.block > self.max_len:
+            raise ValueError(f"block={cfg.block} is longer than the model's max_len={self.max_len}")
         self.model = build(self.mcfg)
-        self.val_batches = lm_blocks(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
+        self.mem_len: int = getattr(self.mcfg, "mem_len", 0)  # > 0: a memory carried along ordered streams
+        self.memory = None
+        if self.mem_len and distributed.world_size() > 1:
+            raise ValueError("a model with a memory trains on one process: its streams are read in order")
+        if self.mem_len:
+            self.val_batches = lm_stream_pass(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
+        else:
+            self.val_batches = lm_blocks(val_ids, cfg.block, cfg.batch_size, cfg.eval_blocks)
         say(f"data {self.run_name}: {self.train_ids.numel():,} training tokens, {val_ids.numel():,} held out "
             f"({kind}, vocabulary {tok.vocab_size:,})")
         say(f"model {cfg.init_from or cfg.preset}: {count_parameters(self.model):,} parameters; {cfg.steps} "
@@ -124,18 +152,27 @@ class LanguageModel(Recipe):
         return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
     def batches(self, start: int):
+        if self.mem_len:  # ordered streams, the memory starting empty (a resumed run's too)
+            self.memory = cast(Any, self.model).new_memory()
+            return lm_streams(self.train_ids, self.cfg.block, self.cfg.batch_size, start=start)
         return lm_batches(self.train_ids, self.cfg.block, self.cfg.batch_size, self.cfg.seed, start=start)
 
     def loss(self, model, batch):
         x, y = batch
-        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), reduction="sum")
+        out = model(x) if self.memory is None else model(x, self.memory)
+        loss = F.cross_entropy(out.flatten(0, 1).float(), y.flatten(), reduction="sum")
         return loss, loss.detach(), y.numel()
 
     @torch.no_grad()
     def validate(self, model) -> dict[str, float]:
         model.eval()
         where = devices.of(model)
-        total = sum(self.loss(model, devices.move(b, where))[0].item() for b in self.val_batches)
+        batches = [devices.move(b, where) for b in self.val_batches]
+        if self.mem_len:
+            mem_len = self.mem_len if self.cfg.eval_mem_len is None else self.cfg.eval_mem_len
+            total = summed_loss(model, batches, model.new_memory(mem_len))
+        else:
+            total = summed_loss(model, batches)
         loss = total / sum(b[1].numel() for b in self.val_batches)
         if not math.isfinite(loss):  # the last update made the weights NaN or infinite
             raise FloatingPointError(f"the validation loss is {loss}: the weights diverged (lower the learning rate "
@@ -161,9 +198,9 @@ class LanguageModel(Recipe):
             say(f"\non {len(refs)} held-out dates: exact match {result['exact_match']:.1%}")
             prompt = prompts[0]
         else:  # the start of the held-out text, at most half the model's context
-            prompt = tok.decode(tok.encode(self.val_text[:80])[: self.mcfg.max_len // 2])
+            prompt = tok.decode(tok.encode(self.val_text[:80])[: (self.max_len or 80) // 2])
         gen = torch.Generator(devices.of(model)).manual_seed(self.cfg.seed)  # sampling draws on the model's device
-        room = max(1, min(200, self.mcfg.max_len - len(tok.encode(prompt)) - 1))  # prompt + sample within max_len
+        room = 200 if self.max_len is None else max(1, min(200, self.max_len - len(tok.encode(prompt)) - 1))
         result["sample"] = complete(model, tok, [prompt], room, temperature=0.8, top_k=40, generator=gen)[0]
         if not self.test_lines:
             say(f"\nsample (temperature 0.8, top-k 40) after {prompt!r}:\n{result['sample']}")
@@ -172,12 +209,25 @@ class LanguageModel(Recipe):
         return result
 
 
+def summed_loss(model, batches: list[tuple[torch.Tensor, torch.Tensor]], memory=None) -> float:
+    """The summed next-token loss of ``model`` over ``batches``; with a ``memory``, the batches are consecutive
+    segments of the same streams and the memory carries each into the next."""
+    total = 0.0
+    for x, y in batches:
+        out = model(x) if memory is None else model(x, memory)
+        total += F.cross_entropy(out.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
+    return total
+
+
 @torch.no_grad()
 def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | None = None,
-               batch_size: int = 16, *, device: str | torch.device | None = None,
+               batch_size: int = 16, *, mem_len: int | None = None, device: str | torch.device | None = None,
                quantize: str | None = None) -> dict[str, float]:
     """``{"loss", "perplexity", "tokens"}`` of the run's model on a whole text file, in blocks of ``block``
-    tokens (default the model's ``max_len``), each token predicted from the ones before it in its block.
+    tokens (default the model's ``max_len``), each token predicted from the ones before it in its block. A model
+    with a memory (Transformer-XL) reads the file as ``batch_size`` streams of segments of ``block`` (default
+    the run's training block), each token predicted from everything before it in its stream that the memory of
+    ``mem_len`` positions (default the model's) still holds.
 
     Args:
         device, quantize: as :func:`load_lm_run`'s (default: a GPU when there is one, else the CPU; float32).
@@ -185,14 +235,28 @@ def perplexity(run: str | os.PathLike, path: str | os.PathLike, block: int | Non
     model, tok = load_lm_run(run, device=device, quantize=quantize)
     where = devices.of(model)
     ids = torch.tensor(tok.encode(read_text(path)), dtype=torch.long)
-    block = min(block or model.cfg.max_len, model.cfg.max_len, ids.numel() - 1)
+    max_len = getattr(model.cfg, "max_len", None)
+    memory = None
+    if max_len is None:  # a memory model: its training segment by default
+        block = min(block or _trained_block(run), ids.numel() - 1)
+        memory = model.new_memory(mem_len)
+    else:
+        if mem_len is not None:
+            raise ValueError(f"mem_len={mem_len}: {run}'s model keeps no memory (it reads blocks of max_len)")
+        block = min(block or max_len, max_len, ids.numel() - 1)
     if block < 1:
         raise ValueError(f"{path} holds too little text to score ({ids.numel()} tokens)")
-    batches = lm_blocks(ids, block, batch_size)
-    total = sum(F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-                for x, y in (devices.move(b, where) for b in batches))
+    batches = lm_blocks(ids, block, batch_size) if memory is None else lm_stream_pass(ids, block, batch_size)
+    total = summed_loss(model, [devices.move(b, where) for b in batches], memory)
     n = sum(y.numel() for _, y in batches)
     return {"loss": total / n, "perplexity": math.exp(total / n), "tokens": n}
+
+
+def _trained_block(run: str | os.PathLike) -> int:
+    """The segment length the run trained on (its ``args.json``), else the recipe's default."""
+    args = Path(run) / "args.json"
+    default = int(Config.__dataclass_fields__["block"].default)  # type: ignore[arg-type]
+    return int(json.loads(args.read_text()).get("block", default)) if args.is_file() else default
 
 
 __all__ = ["Config", "LanguageModel", "complete", "generate", "load_lm_run", "perplexity", "stream_text"]
