@@ -222,6 +222,8 @@ VIZ = {
     "attention": ("every kind of attention a text model has, reading a sentence",
                   ["--run", "--text", "--target", "--layer", "--head", "--from-token", "--html", "--device"]),
     "history": ("a run's loss, learning rate, speed and validation numbers", ["--run"]),
+    "relative": ("a Transformer-XL's mean attention by relative distance, each layer and head",
+                 ["--run", "--text", "--device"]),
 }
 
 
@@ -232,9 +234,11 @@ def _viz_flags(p: argparse.ArgumentParser, what: str) -> None:
                                                 "asked for, a path ending in .png is the file")
     flags: list[tuple[str, dict[str, Any]]] = [
         ("--run", {"help": "attention: a text model, a run folder (translation, denoise, lm, mlm, textclass) or a "
-                           "Hugging Face folder (BERT, GPT-2, Marian); history: any run folder"}),
+                           "Hugging Face folder (BERT, GPT-2, Marian); history: any run folder; relative: a "
+                           "Transformer-XL run"}),
         ("--text", {"help": "attention: the sentence the model reads (a translation's source); lookahead: the "
-                            "tokens (default '<Begin> I have a cat')"}),
+                            "tokens (default '<Begin> I have a cat'); relative: a text file (or text) long enough "
+                            "to fill the memory"}),
         ("--target", {"help": "attention, encoder-decoders: the translation to draw it for (default: the model's "
                               "greedy one)"}),
         ("--layer", {"type": int, "help": "attention: draw only this layer (from 0; default: every layer)"}),

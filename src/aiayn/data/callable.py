@@ -11,7 +11,7 @@ on the model's side.
 
 What is added (``specials``), as each task encodes its inputs:
 
-    "bert"   [CLS] text [SEP]      a BERT (WordPiece), padded on the right
+    "bert"   [CLS] text [SEP]      a BERT (WordPiece), padded on the right; an XLNet: text <sep> <cls>
     "eos"    text </s>             a translation's or a BART's source, a GPT classifier's text; right
     "none"   text                  a GPT prompt, padded on the LEFT so that every prompt's next token is last
 """
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from aiayn.data.wordpiece import WordPieceTokenizer
+from aiayn.data.xlnet_tokenizer import XLNetTokenizer
 
 SPECIALS = ("bert", "eos", "none")
 
@@ -49,9 +50,9 @@ class CallableTokenizer:
             raise ValueError(f"specials={specials!r}: expected one of {SPECIALS}")
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side={padding_side!r}: expected 'left' or 'right'")
-        if (specials == "bert") != isinstance(tok, WordPieceTokenizer):
+        if (specials == "bert") != isinstance(tok, (WordPieceTokenizer, XLNetTokenizer)):
             raise ValueError(f"specials={specials!r} with a {type(tok).__name__}: 'bert' goes with a WordPiece "
-                             f"tokenizer, and only it")
+                             f"tokenizer (or XLNet's, which adds its own), and only them")
         if specials == "eos" and getattr(tok, "eos_id", None) is None:
             raise ValueError(f"specials='eos': the {type(tok).__name__} has no end-of-text token")
         self.tok, self.specials, self.padding_side = tok, specials, padding_side

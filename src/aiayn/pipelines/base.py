@@ -393,7 +393,7 @@ def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
     """
     from aiayn.data import load_tokenizer
     from aiayn.models.checkpoint import saved_config
-    from aiayn.pipelines.embed import bert_tokenizer
+    from aiayn.pipelines.embed import text_tokenizer
 
     folder = Path(source)
     if not folder.exists():
@@ -412,7 +412,7 @@ def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
 
             src_tok, tgt_tok = marian_tokenizers(folder)
             return _callable("translate", {"src_tok": src_tok, "tgt_tok": tgt_tok}, folder)
-        return _callable("embed", {"tok": bert_tokenizer(folder)}, folder)
+        return _callable("embed", {"tok": text_tokenizer(folder)}, folder)
     cfg = saved_config(folder)
     family = family_of(cfg)
     if family.inputs == "text" and (folder / "classes.json").is_file():
@@ -423,7 +423,7 @@ def tokenizer(source: str | os.PathLike) -> CallableTokenizer:
     if family.task == "generate":
         return _callable("generate", {"tok": load_tokenizer(folder / "tokenizer.json")}, folder, cfg)
     if family.task == "embed":
-        return _callable("embed", {"tok": bert_tokenizer(folder)}, folder, cfg)
+        return _callable("embed", {"tok": text_tokenizer(folder)}, folder, cfg)
     if family.task == "translate":  # a denoising run: one tokenizer for both sides
         one = load_tokenizer(folder / "tokenizer.json")
         return _callable("translate", {"src_tok": one, "tgt_tok": one}, folder, cfg)
@@ -437,6 +437,7 @@ def _callable(task: str, parts: dict[str, Any], source: Path, cfg: Any = None) -
     (:func:`aiayn.pipelines.textclass.encode`)."""
     from aiayn.data.callable import CallableTokenizer
     from aiayn.data.wordpiece import WordPieceTokenizer
+    from aiayn.data.xlnet_tokenizer import XLNetTokenizer
 
     longest = getattr(cfg, "max_len", None)
     if task == "translate":
@@ -444,7 +445,7 @@ def _callable(task: str, parts: dict[str, Any], source: Path, cfg: Any = None) -
     if task == "generate":
         return CallableTokenizer(parts["tok"], "none", padding_side="left", max_length=longest)
     if "tok" in parts:  # a BERT, or a GPT classifier
-        bert = isinstance(parts["tok"], WordPieceTokenizer)
+        bert = isinstance(parts["tok"], (WordPieceTokenizer, XLNetTokenizer))
         return CallableTokenizer(parts["tok"], "bert" if bert else "eos", max_length=parts.get("max_len", longest))
     raise ValueError(f"{source} holds an image model ({task}), which reads no text: it has no tokenizer")
 

@@ -13,14 +13,16 @@ import torch
 from torch import Tensor
 
 from aiayn.data.wordpiece import WordPieceTokenizer, bert_tokenizer
+from aiayn.data.xlnet_tokenizer import XLNetTokenizer, xlnet_tokenizer
 from aiayn.models import checkpoint
 from aiayn.models.bert import BERT, mean_pool
+from aiayn.models.xlnet import XLNet
 from aiayn.pipelines.loading import check_tokenizer, no_weights, ready, special_ids
 from aiayn.training import device as devices
 
 
 def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = None,
-              quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer, int]:
+              quantize: str | None = None) -> tuple[BERT, WordPieceTokenizer | XLNetTokenizer, int]:
     """``(model, tokenizer, max_len)`` of a Hugging Face BERT folder or an aiayn run folder.
 
     Args:
@@ -41,12 +43,14 @@ def load_bert(folder: str | os.PathLike, *, device: str | torch.device | None = 
         raise no_weights(folder)
     else:
         raise FileNotFoundError(f"{folder} holds neither a Hugging Face model (config.json) nor an aiayn checkpoint")
-    if not isinstance(model, BERT):
-        raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT")
-    tok = bert_tokenizer(folder)
-    file = folder / ("tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.txt")
+    if not isinstance(model, (BERT, XLNet)):
+        raise ValueError(f"{folder} holds a {type(model).__name__}, not a BERT; sentence embeddings need a BERT "
+                         f"(or an XLNet)")
+    tok = text_tokenizer(folder)
+    file = folder / next(f for f in ("spiece.model", "tokenizer.json", "vocab.txt") if (folder / f).is_file())
     check_tokenizer(tok, file, model.cfg.vocab_size, special_ids(model.cfg), exact=(folder / "args.json").is_file())
-    max_len = model.cfg.max_tokens  # the model's positions (a RoBERTa's fewer: they start above pad_id)
+    # the model's positions (a RoBERTa's fewer: they start above pad_id); an XLNet's are relative: its pre-training's
+    max_len = getattr(model.cfg, "max_tokens", 512)
     st = folder / "sentence_bert_config.json"  # sentence-transformers' own length limit, when it has one
     if st.is_file():
         max_len = min(max_len, json.loads(st.read_text()).get("max_seq_length", max_len))
@@ -68,7 +72,8 @@ def embed(folder: str | os.PathLike, texts: list[str], batch_size: int = 64, *,
 
 
 @torch.no_grad()
-def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[str], batch_size: int = 64) -> Tensor:
+def embed_texts(model: BERT | XLNet, tok: WordPieceTokenizer | XLNetTokenizer, max_len: int, texts: list[str],
+                batch_size: int = 64) -> Tensor:
     """:func:`embed` with a loaded model and tokenizer (:func:`load_bert`)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, got one string")
@@ -78,8 +83,16 @@ def embed_texts(model: BERT, tok: WordPieceTokenizer, max_len: int, texts: list[
     out = []
     for i in range(0, len(texts), batch_size):
         ids, types, mask = devices.move(tok.batch(texts[i : i + batch_size], max_len), where)
-        out.append(mean_pool(model(ids, types, mask), mask).cpu())
+        out.append(mean_pool(model(ids, token_type_ids=types, attention_mask=mask), mask).cpu())
     return torch.cat(out) if out else torch.empty(0, model.cfg.d_model)
 
 
-__all__ = ["bert_tokenizer", "embed", "embed_texts", "load_bert"]
+def text_tokenizer(folder: str | os.PathLike) -> WordPieceTokenizer | XLNetTokenizer:
+    """The tokenizer of an encoder's folder: XLNet's SentencePiece when it holds ``spiece.model``, else BERT's
+    WordPiece (:func:`aiayn.data.wordpiece.bert_tokenizer`)."""
+    if (Path(folder) / "spiece.model").is_file():
+        return xlnet_tokenizer(folder)
+    return bert_tokenizer(folder)
+
+
+__all__ = ["bert_tokenizer", "embed", "embed_texts", "load_bert", "text_tokenizer"]

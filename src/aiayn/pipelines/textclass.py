@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from aiayn.data.tokenizer import read_json
 from aiayn.data.wordpiece import WordPieceTokenizer
 from aiayn.models.bert import BERT
 from aiayn.models.gpt import GPT
+from aiayn.models.xlnet import XLNet
 from aiayn.pipelines.loading import check_tokenizer, load_model, special_ids
 from aiayn.training import device as devices
 from aiayn.training import distributed
@@ -39,8 +41,8 @@ def encode(tok: Any, texts: list[str], max_len: int) -> list[list[int]]:
 
 def longest(cfg: Any) -> int:
     """The most tokens the model of ``cfg`` reads: a GPT's ``max_len``, a BERT-family config's ``max_tokens``
-    (a RoBERTa's positions start above ``pad_id``)."""
-    return getattr(cfg, "max_tokens", cfg.max_len)
+    (a RoBERTa's positions start above ``pad_id``); an XLNet's positions are relative: any (``sys.maxsize``)."""
+    return getattr(cfg, "max_tokens", getattr(cfg, "max_len", sys.maxsize))
 
 
 def pad_of(tok: Any) -> int:
@@ -79,12 +81,15 @@ def logits_of(model: nn.Module, batch: Batch) -> Tensor:
     ids, mask, _ = batch
     if isinstance(distributed.unwrap(model), GPT):
         return distributed.through_forward(model, gpt_logits, ids, mask)
+    if isinstance(distributed.unwrap(model), XLNet):  # the last real token's state (rows padded on the right)
+        xlnet = cast(Any, model)
+        return cast(Tensor, xlnet.classify(xlnet(ids, attention_mask=mask), mask))
     bert = cast(Any, model)  # a BERT, or a wrapper that lets its methods through
     return cast(Tensor, bert.classify(bert(ids, attention_mask=mask)))  # its forward, then the [CLS] head
 
 
 @torch.no_grad()
-def predict(model: BERT | GPT, rows: list[list[int]], pad_id: int, batch_size: int = 128) -> Tensor:
+def predict(model: BERT | GPT | XLNet, rows: list[list[int]], pad_id: int, batch_size: int = 128) -> Tensor:
     """``(N, K)`` logits on the CPU, in eval mode, each batch on ``model``'s device (rows sorted by length, so
     batches pad little; returned in the given order)."""
     model.eval()
@@ -99,14 +104,15 @@ def predict(model: BERT | GPT, rows: list[list[int]], pad_id: int, batch_size: i
 
 
 def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None = None,
-                    quantize: str | None = None) -> tuple[BERT | GPT, Any, list[str]]:
-    """``(model, tokenizer, class names)`` of a textclass run (a BERT or a GPT classifier), ready
+                    quantize: str | None = None) -> tuple[BERT | GPT | XLNet, Any, list[str]]:
+    """``(model, tokenizer, class names)`` of a textclass run (a BERT, GPT or XLNet classifier), ready
     (:func:`aiayn.pipelines.loading.ready`)."""
     run = Path(run)
     model = load_model(run, device, quantize)
     if not ((isinstance(model, BERT) and model.classifier is not None)
-            or (isinstance(model, GPT) and model.score is not None)):
-        raise ValueError(f"{run} holds no BERT or GPT classifier; train one with `aiayn train textclass`")
+            or (isinstance(model, GPT) and model.score is not None)
+            or (isinstance(model, XLNet) and model.cfg.head == "classification")):
+        raise ValueError(f"{run} holds no BERT, GPT or XLNet classifier; train one with `aiayn train textclass`")
     classes = json.loads((run / "classes.json").read_text()) if (run / "classes.json").is_file() else \
         [str(i) for i in range(model.cfg.num_labels)]
     if len(classes) != model.cfg.num_labels:
@@ -116,7 +122,7 @@ def load_classifier(run: str | os.PathLike, *, device: str | torch.device | None
     return model, tok, classes
 
 
-def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
+def text_length(run: str | os.PathLike, model: BERT | GPT | XLNet) -> int:
     """The tokens a text of ``run`` is cut to: the ``max_len`` it was trained with (``args.json``), which may be
     fewer than the model's positions (a BERT of 512 fine-tuned on 128), else the model's."""
     args = Path(run) / "args.json"
@@ -125,7 +131,7 @@ def text_length(run: str | os.PathLike, model: BERT | GPT) -> int:
 
 
 @torch.no_grad()
-def classify_texts(model: BERT | GPT, tok: Any, classes: list[str], texts: list[str],
+def classify_texts(model: BERT | GPT | XLNet, tok: Any, classes: list[str], texts: list[str],
                    top: int = 1, max_len: int | None = None) -> list[dict[str, Any]]:
     """The ``top`` most likely classes of each text under a loaded classifier: one
     ``{"text", "label", "score", "top": [{"class", "probability"}, ...]}`` per text, most likely first (as images

@@ -1,12 +1,13 @@
 """Recipes: one module per task, each a ``Config`` (every setting and its default, once) and the task's parts.
 
     translation   the paper's Transformer: made-up dates or copies, Multi30k, Tatoeba      translate, evaluate
-    lm            a GPT language model: made-up date lines or any text file                 generate
+    lm            a GPT (or Transformer-XL) language model: made-up date lines or a text   generate
     mlm           BERT pre-training: masked LM + next sentence                              embed
+    plm           XLNet pre-training: the permutation language model
     denoise       BART pre-training: reconstruct corrupted text
     image         ViT or Swin classifying digits the package draws, or MNIST                classify
     detect        DETR finding shapes the package draws, or a Pascal VOC folder             detect
-    textclass     BERT's [CLS] or GPT's last-token classifier on labelled texts (scratch or --init-from)
+    textclass     BERT's [CLS], GPT's or XLNet's last-token classifier on labelled texts (scratch or --init-from)
 
     import aiayn.recipes as recipes
     result = recipes.train("lm", steps=300, model={"d_model": 64})    # a task, or a named preset below
@@ -23,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aiayn.recipes import base, denoise, detect, image, lm, mlm, textclass, translation
+from aiayn.recipes import base, denoise, detect, image, lm, mlm, plm, textclass, translation
 from aiayn.recipes.base import Recipe, RecipeConfig
 
 # task -> (its Config, its Recipe)
@@ -31,6 +32,7 @@ TASKS: dict[str, tuple[type[RecipeConfig], type[Recipe]]] = {
     "translation": (translation.Config, translation.Translation),
     "lm": (lm.Config, lm.LanguageModel),
     "mlm": (mlm.Config, mlm.MaskedLM),
+    "plm": (plm.Config, plm.PermutationLM),
     "denoise": (denoise.Config, denoise.Denoising),
     "image": (image.Config, image.ImageClassification),
     "detect": (detect.Config, detect.Detection),

@@ -42,6 +42,7 @@ from aiayn.models import build, preset
 from aiayn.models.bert import BertConfig
 from aiayn.models.checkpoint import load
 from aiayn.models.gpt import GPTConfig
+from aiayn.models.xlnet import XLNetConfig
 from aiayn.pipelines.textclass import (
     classify_texts,
     collate,
@@ -60,7 +61,8 @@ from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
 # model_type: its config class and its default preset
-FAMILIES: dict[str, tuple[type[Any], str]] = {"bert": (BertConfig, "bert-tiny"), "gpt": (GPTConfig, "gpt-tiny")}
+FAMILIES: dict[str, tuple[type[Any], str]] = {"bert": (BertConfig, "bert-tiny"), "gpt": (GPTConfig, "gpt-tiny"),
+                                              "xlnet": (XLNetConfig, "xlnet-tiny")}
 
 
 def date_halves(n: int, seed: int) -> tuple[list[str], list[int], list[str]]:
@@ -98,8 +100,8 @@ class Config(RecipeConfig):
     test_fraction: float = setting(0.1, "of the texts, held out and scored once at the end")
     split_seed: int = setting(0, "seeds the split alone, so runs of every seed share one test split")
     vocab_size: int = setting(2000, "WordPiece vocabulary (trained on the training texts; with init_from, its own)")
-    model_type: str = setting("bert", "bert (the [CLS] state classified) or gpt (the last token's state, Radford "
-                                      "et al. 2018)")
+    model_type: str = setting("bert", "bert (the [CLS] state classified), gpt (the last token's state, Radford "
+                                      "et al. 2018) or xlnet (the last token's, through a tanh projection)")
     preset: str = setting("", "the model preset; empty: bert-tiny, or gpt-tiny for model_type gpt (with "
                               "init_from: the source's config)")
     max_len: int = setting(128, "tokens per text, [CLS] and [SEP] included; longer texts are cut")
@@ -152,7 +154,7 @@ class TextClassification(Recipe):
         gpt = cfg.model_type == "gpt"
         if start is not None and not isinstance(start, family):
             raise ValueError(f"init_from={cfg.init_from!r} holds a {type(start).__name__} model; textclass "
-                             f"fine-tunes a {'GPT' if gpt else 'BERT'} (model_type={cfg.model_type!r})")
+                             f"fine-tunes a {cfg.model_type.upper()} with model_type={cfg.model_type!r}")
         if folder is not None:
             tok = load_text_tokenizer(folder / "tokenizer.json")
         elif start is not None:
@@ -170,8 +172,8 @@ class TextClassification(Recipe):
         else:
             ids = {"eos_id": tok.sep_id} if gpt else {"cls_id": tok.cls_id, "sep_id": tok.sep_id,
                                                        "mask_id": tok.mask_id, "pad_id": tok.pad_id}
-            self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, "max_len": cfg.max_len,
-                                              **head, **cfg.model})
+            positions = {} if cfg.model_type == "xlnet" else {"max_len": cfg.max_len}  # XLNet's are relative
+            self.mcfg = preset(cfg.preset, **{"vocab_size": tok.vocab_size, **ids, **positions, **head, **cfg.model})
         self.model = build(self.mcfg)
         if gpt and not self.mcfg.tie_output:  # the LM head of an untied GPT takes no part in classifying: it does
             self.model.lm_head.requires_grad_(False)  # not train, and DDP waits for no gradient of it

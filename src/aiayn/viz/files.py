@@ -10,6 +10,7 @@
     attention    every kind of attention a model has, reading a sentence          attention-{encoder,decoder,cross}.png
                  (with a token: where that token looks)                           attention-{...}-from.png
     history      a run's loss, learning rate, speed and validation numbers         history.png
+    relative     a Transformer-XL's mean attention by relative distance, per head  relative.png
     all          all of the above (attention only when a run is given)
 
 ``attention`` reads any text model: a run folder of ``aiayn train`` (translation, denoise: the three kinds of an
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 WHATS = ("positional", "masks", "lookahead", "swin-windows", "schedule", "smoothing", "complexity", "attention",
-         "history", "all")
+         "history", "relative", "all")
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,9 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
                          "--text (a sentence)")
     if what == "history" and run is None:
         raise ValueError("viz history needs --run (a folder of `aiayn train`)")
+    if what == "relative" and (run is None or text is None):
+        raise ValueError("viz relative needs --run (a Transformer-XL run of `aiayn train lm`) and --text (a text "
+                         "file, or text, long enough to fill its memory)")
     for flag, value in (("--d-model", d_model), ("--positions", positions), ("--channels", channels),
                         ("--heads", heads), ("--window", window), ("--repeats", repeats)):
         if value <= 0:
@@ -341,6 +345,9 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
 
         assert run is not None  # refused above otherwise
         paths.append(plot_history(run, name["history"]))
+    if what == "relative":
+        assert run is not None and text is not None  # refused above otherwise
+        paths.append(draw_relative(run, text, name["relative"], device=device))
     if what == "attention" or (what == "all" and run is not None and text is not None):
         assert run is not None and text is not None  # refused above otherwise
         reading = read_attention(run, text, target, device=device)  # the model runs once for both
@@ -352,6 +359,31 @@ def viz(what: str, out: str | os.PathLike = "viz", run: str | os.PathLike | None
         if html is not None:
             paths.append(write_attention_page(reading, html, layer=layer, head=head, from_token=from_token))
     return paths
+
+
+def draw_relative(run: str | os.PathLike, text: str, path: str | os.PathLike, *,
+                  device: str | torch.device | None = None) -> Path:
+    """:func:`aiayn.viz.relative.plot_relative` of the Transformer-XL in ``run`` reading ``text`` (a file's path,
+    or the text itself) in the segments it trained on (its ``args.json``'s ``block``, default 128)."""
+    import json
+
+    import torch
+
+    from aiayn.pipelines.lm import load_lm_run
+    from aiayn.viz.relative import attention_by_distance, plot_relative
+
+    model, tok = load_lm_run(run, device=device)
+    if not hasattr(model, "new_memory"):
+        raise ValueError(f"{run} holds a {type(model).__name__}: viz relative draws a model with a memory "
+                         f"(Transformer-XL, `aiayn train lm --preset transfo-xl-char`)")
+    if len(text) < 4096 and Path(text).is_file():
+        text = Path(text).read_text(encoding="utf-8")
+    args = Path(run) / "args.json"
+    block = int(json.loads(args.read_text()).get("block", 128)) if args.is_file() else 128
+    ids = torch.tensor([tok.encode(text)], device=next(model.parameters()).device)
+    weights = attention_by_distance(model, ids, block)
+    return plot_relative(weights.cpu(), path, f"{Path(run).name}: mean attention by distance back "
+                                              f"(segments of {block}, memory of {model.new_memory().mem_len})")
 
 
 def _one_picture(file: Path, draw: Any) -> Path:
@@ -374,5 +406,5 @@ def _one_picture(file: Path, draw: Any) -> Path:
     return file
 
 
-__all__ = ["WHATS", "Reading", "attention_page", "attention_pictures", "draw_attention", "read_attention", "viz",
-           "write_attention_page"]
+__all__ = ["WHATS", "Reading", "attention_page", "attention_pictures", "draw_attention", "draw_relative",
+           "read_attention", "viz", "write_attention_page"]

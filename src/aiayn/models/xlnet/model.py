@@ -235,12 +235,18 @@ class XLNet(PretrainedMixin, nn.Module):
             raise ValueError(f"this XLNet has head={self.cfg.head!r}; build it with head='lm'")
         return self.lm_head(hidden)
 
-    def classify(self, hidden: Tensor) -> Tensor:
-        """``(B, T, C)`` -> ``(B, num_labels)`` from the last token's state (XLNet puts <cls> last; head
-        ``classification``)."""
+    def classify(self, hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """``(B, T, C)`` -> ``(B, num_labels)`` from the last token's state (XLNet's tokenizer puts <cls> last and
+        pads on the left); with ``attention_mask`` ``(B, T)``, each row's last real token's (rows padded on the
+        right; head ``classification``)."""
         if self.cfg.head != "classification":
             raise ValueError(f"this XLNet has head={self.cfg.head!r}; build it with head='classification'")
-        return self.classifier(self.dropout(torch.tanh(self.summary(hidden[:, -1]))))
+        if attention_mask is None:
+            last = hidden[:, -1]
+        else:
+            at = attention_mask.size(1) - 1 - attention_mask.flip(1).long().argmax(1)  # (B,): each row's last 1
+            last = hidden[torch.arange(hidden.size(0), device=hidden.device), at]
+        return self.classifier(self.dropout(torch.tanh(self.summary(last))))
 
     def outputs(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 mems: SegmentMemory | None = None, perm_mask: Tensor | None = None,
