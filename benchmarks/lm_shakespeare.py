@@ -27,7 +27,8 @@ Writes ``<out>/lm_shakespeare.json``.
 and training settings, its memory as long as its 128-character segment, over ordered streams. Its evaluation
 memory is chosen on validation among 0 (none), 128 (as trained), 256, 512 and 1,024 positions (the paper's
 section 4.2: a memory longer than in training lowers the loss); the test split is scored once, with that choice.
-Writes ``<out>/lm_shakespeare_xl.json``.
+Writes ``<out>/lm_shakespeare_xl.json`` and ``<out>/lm_shakespeare_xl_relative.png`` (``aiayn viz relative`` of
+the run reading the validation split: each head's mean attention weight by distance back).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{sum(r['tokens'] for r in history) / spent:,.0f} tokens/s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if xl:
+        from aiayn.viz.files import draw_relative
+
+        draw_relative(run, str(files["validation"]), out / f"{args.name}_relative.png")
     (out / f"{args.name}.json").write_text(json.dumps({
         "name": args.name, "args": vars(args), "recipe": cfg.to_dict(),
         "params": aiayn.count_parameters(aiayn.load(run)),

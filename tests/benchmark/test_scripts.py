@@ -237,13 +237,29 @@ def test_gpu_parses_its_flags_and_runs_quick_on_cuda(tmp_path):
                                 "gpt2-train", "transformer-base-train"} <= set(result["results"])
 
 
-def test_lm_shakespeare_quick(tmp_path):
+@pytest.mark.parametrize("recipe", ["shakespeare-char", "shakespeare-char-xl"])
+def test_lm_shakespeare_quick(tmp_path, recipe):
     text = needs_data("tinyshakespeare", "input.txt")
     quick_flags_of("lm_shakespeare", tmp_path)
     run_script("lm_shakespeare", "--quick", "--threads", 1, "--data", text, "--out", tmp_path / "out",
-               cwd=tmp_path)
+               "--recipe", recipe, cwd=tmp_path)
     [path] = (tmp_path / "out").rglob("*.json")
-    assert json.loads(path.read_text())["updates"] > 0
+    result = json.loads(path.read_text())
+    assert result["updates"] > 0
+    if recipe.endswith("-xl"):  # the evaluation memory chosen on validation, the test scored with it
+        memories = result["val_loss_by_eval_memory"]
+        assert result["val_loss"] == min(memories.values()) == memories[str(result["eval_mem_len"])]
+        assert (tmp_path / "out" / "lm_shakespeare_xl_relative.png").stat().st_size > 10_000
+
+
+def test_reviews_sentiment_quick_with_xlnet(tmp_path):
+    pytest.importorskip("sklearn")
+    data = needs_data("chinese-reviews-sentiment")
+    run_script("reviews_sentiment", "--quick", "--threads", 1, "--data", data, "--out", tmp_path / "out",
+               "--pretraining", "xlnet", "--kinds", "pretrained", cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "reviews_sentiment_xlnet.json").read_text())
+    assert result["pretrained"]["pretrain"]["recipe"] == "xlnet" and "scratch" not in result
+    assert sum(map(sum, result["pretrained"]["runs"][0]["test_confusion"])) == result["split"]["test"]
 
 
 @pytest.mark.slow

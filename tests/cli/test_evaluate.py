@@ -86,7 +86,7 @@ def test_detect_map_on_a_voc_split(tmp_path):
 
 
 def test_a_setting_the_task_does_not_take_is_refused(runs, capsys):
-    with pytest.raises(ValueError, match=re.escape("takes ['data', 'device', 'quantize'], not ['beam']")):
+    with pytest.raises(ValueError, match=re.escape("takes ['data', 'device', 'mem_len', 'quantize'], not ['beam']")):
         evaluate(runs["lm"], data=["x.txt"], beam=4)
     assert main(["evaluate", "--run", str(runs["image"]), "--data", "x.txt"]) == 2
     assert "not ['data']" in capsys.readouterr().err

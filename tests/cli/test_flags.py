@@ -14,12 +14,12 @@ from aiayn.cli.train import to_config
 # a value unlike the default for every field of every recipe (a new field without one fails the first test)
 VALUES = {
     "preset": {"translation": "transformer-base", "lm": "gpt2", "mlm": "bert-base", "denoise": "bart-base",
-               "image": "swin-tiny", "detect": "detr-r50", "textclass": "bert-base"},
+               "image": "swin-tiny", "detect": "detr-r50", "textclass": "bert-base", "plm": "xlnet-base-cased"},
     "steps": 7, "minutes": 1.5, "warmup": 3, "accum": 2, "eval_every": 5, "save_every": 4, "bf16": True,
     "compile": True, "device": "cpu", "fp16": True, "grad_checkpoint": True, "seed": 9, "out": "elsewhere",
     "name": "mine", "average": 3, "val_data": "b.txt",
     "data": {"translation": ["a.tsv"], "lm": "a.txt", "mlm": "a.txt", "denoise": "a.txt", "image": "mnist",
-             "detect": "voc", "textclass": "reviews"},
+             "detect": "voc", "textclass": "reviews", "plm": "a.txt"},
     "data_dir": "some/folder", "test_dir": "other/folder", "src_lang": "en", "tgt_lang": "zh", "tokenizer": "bpe",
     "vocab_size": 333, "n_train": 123, "n_test": 45, "max_tokens": 777, "schedule": "linear", "lr_factor": 0.7,
     "label_smoothing": 0.2, "beam": 3, "block": 32, "batch_size": 5, "lr": 0.0123, "beta2": 0.9,
@@ -69,7 +69,7 @@ def test_every_field_is_a_flag_that_reaches_the_config(task):
 @pytest.mark.parametrize("task", sorted(recipes.TASKS))
 def test_a_flag_the_recipe_does_not_take_is_refused(task, capsys):
     foreign = {"translation": "--block", "lm": "--max-tokens", "mlm": "--noise", "denoise": "--shift",
-               "image": "--lr-factor", "detect": "--tokenizer", "textclass": "--block"}[task]
+               "image": "--lr-factor", "detect": "--tokenizer", "textclass": "--block", "plm": "--nsp"}[task]
     for args in ([task, foreign, "1"], [task, "--bogus"], [task, "--set", "no_such_field=1"], [task, "--steps", "0"]):
         with pytest.raises(SystemExit) as exit:
             to_config(args, _Parser)

@@ -42,6 +42,21 @@ def plm_run(tmp_path_factory):
                          verbose=False, **SMALL)
 
 
+def test_a_short_run_trains_and_fine_tunes_into_a_classifier(tmp_path):
+    """The short version of the two slow checks below: the loss falls, and textclass takes the run."""
+    short = recipes.train("plm", steps=40, eval_every=20, warmup=5, out=str(tmp_path / "plm"), progress=False,
+                          verbose=False, **SMALL)
+    first, last = short["validation"]
+    assert last["val_loss"] < first["val_loss"]
+    result = recipes.train("textclass", model_type="xlnet", init_from=str(short["run"]), steps=10, eval_every=10,
+                           warmup=2, out=str(tmp_path), progress=False, verbose=False)
+    model = aiayn.load(result["run"])
+    assert type(model).__name__ == "XLNet" and model.cfg.head == "classification"
+    assert model.cfg.d_model == 64  # the pre-trained body's config
+    assert aiayn.pipeline(result["run"])("monday, december 7th, 2026")["label"] in ("jan-jun", "jul-dec")
+
+
+@pytest.mark.slow
 def test_the_permutation_lm_learns_past_the_unigram_baseline(plm_run):
     # Baseline: the unigram entropy of the training tokens (4.3 nats here), what knowing only how often each
     # token occurs achieves. Seeds 0 and 1 of this run reach 3.0 after 300 updates.
@@ -53,13 +68,11 @@ def test_the_permutation_lm_learns_past_the_unigram_baseline(plm_run):
     assert plm_run["validation"][-1]["val_loss"] < entropy - 0.6
 
 
+@pytest.mark.slow
 def test_textclass_fine_tunes_the_pretrained_xlnet(plm_run, tmp_path):
     result = recipes.train("textclass", model_type="xlnet", init_from=str(plm_run["run"]), steps=150,
                            eval_every=50, lr=1e-3, out=str(tmp_path), progress=False, verbose=False)
     # made-up dates labelled by half-year: chance is 50%; this run reaches 96% on validation after 100 updates,
     # 99.8% on test after 150
     assert result["test_accuracy"] > 0.8
-    model = aiayn.load(result["run"])
-    assert type(model).__name__ == "XLNet" and model.cfg.head == "classification"
-    p = aiayn.pipeline(result["run"])
-    assert p("monday, december 7th, 2026")["label"] == "jul-dec"
+    assert aiayn.pipeline(result["run"])("monday, december 7th, 2026")["label"] == "jul-dec"

@@ -369,10 +369,11 @@ def draw_relative(run: str | os.PathLike, text: str, path: str | os.PathLike, *,
 
     import torch
 
-    from aiayn.pipelines.lm import load_lm_run
+    from aiayn.pipelines import pipeline
     from aiayn.viz.relative import attention_by_distance, plot_relative
 
-    model, tok = load_lm_run(run, device=device)
+    p = pipeline(run, device=device)
+    model, tok = cast(Any, p.model), p.parts["tok"]
     if not hasattr(model, "new_memory"):
         raise ValueError(f"{run} holds a {type(model).__name__}: viz relative draws a model with a memory "
                          f"(Transformer-XL, `aiayn train lm --preset transfo-xl-char`)")
