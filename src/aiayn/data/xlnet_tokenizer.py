@@ -38,7 +38,7 @@ class XLNetTokenizer:
             from sentencepiece import sentencepiece_model_pb2
         except ImportError as e:  # pragma: no cover - the hf extra has it
             raise ImportError("reading spiece.model needs sentencepiece: pip install 'aiayn[hf]'") from e
-        proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]
+        proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined,unused-ignore]
         proto.ParseFromString(Path(path).read_bytes())
         vocab = [(p.piece, p.score) for p in proto.pieces]
         unk = next((i for i, p in enumerate(proto.pieces) if p.type == UNKNOWN), 0)
