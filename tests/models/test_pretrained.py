@@ -136,3 +136,26 @@ def test_a_model_id_is_read_from_the_hugging_face_cache(tmp_path, monkeypatch):
         BERT.from_pretrained("someone/tiny-gpt")
     with pytest.raises(FileNotFoundError, match=r"someone/absent is not in the Hugging Face cache"):
         GPT.from_pretrained("someone/absent")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_tiny_configs_people_test_with_load_though_their_end_token_is_outside_the_vocabulary(kind, tmp_path):
+    """``GPT2Config(vocab_size=1000)`` keeps GPT-2's eos 50256 (and a Llama config Llama 3's 128001): no token the
+    model can make. transformers loads and runs such a model; so do we, with no end token, and the same logits."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=1000, n_embd=32, n_layer=2, n_head=2,
+                                                                  n_positions=64, pad_token_id=1000))
+    else:
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=1000, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, bos_token_id=128000, eos_token_id=[128001, 7]))
+    hf.eval().save_pretrained(tmp_path)
+    model = GPT.from_pretrained(tmp_path)
+    assert model.cfg.eos_id == (None if kind == "gpt2" else 7) and model.cfg.stop_ids == ()
+    assert model.cfg.pad_id is None
+    ids = torch.randint(0, 1000, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+    assert model.generate(ids[:1], max_new_tokens=5, do_sample=False).shape == (1, 14)  # no end token: all 5

@@ -42,10 +42,22 @@ BLOCK = [("norm1", "ln_1", False),
 
 def gpt_ends(hf: dict[str, Any]) -> dict[str, Any]:
     """Our ``eos_id`` and ``stop_ids`` for a decoder's ``eos_token_id``: one id, a list (Llama 3.1's chat models
-    list three; the first is ``eos_id``), or none (no end token: generation runs to its length, as transformers')."""
+    list three; the first is ``eos_id``), or none (no end token: generation runs to its length, as transformers').
+    An id outside the vocabulary is no token the model can make, so none ends it: the small configs people test
+    with keep GPT-2's 50256 beside a vocabulary of 1,000, and transformers runs them so."""
     eos = hf.get("eos_token_id")
-    ids = list(eos) if isinstance(eos, list) else [] if eos is None else [eos]
+    ids = [i for i in (list(eos) if isinstance(eos, list) else [] if eos is None else [eos]) if _inside(hf, i)]
     return {"eos_id": ids[0] if ids else None, "stop_ids": tuple(ids[1:])}
+
+
+def pad_of(hf: dict[str, Any]) -> int | None:
+    """A decoder config's ``pad_token_id``, ``None`` when it names no token of the vocabulary (as :func:`gpt_ends`)."""
+    pad = hf.get("pad_token_id")
+    return pad if pad is not None and _inside(hf, pad) else None
+
+
+def _inside(hf: dict[str, Any], token: int) -> bool:
+    return 0 <= token < hf["vocab_size"]
 
 
 def hf_ends(cfg: Any) -> int | list[int] | None:
@@ -68,7 +80,7 @@ def config(hf: dict[str, Any]) -> GPTConfig:
         n_layers=hf["n_layer"], d_ff=hf.get("n_inner") or 4 * hf["n_embd"], dropout=hf["resid_pdrop"],
         attention_dropout=hf["attn_pdrop"], activation=ACTIVATIONS[hf["activation_function"]],
         layer_norm_eps=hf["layer_norm_epsilon"], tie_output=hf.get("tie_word_embeddings", True),
-        pad_id=hf.get("pad_token_id"), **gpt_ends(hf),
+        pad_id=pad_of(hf), **gpt_ends(hf),
     )
 
 
