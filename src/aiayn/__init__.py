@@ -32,6 +32,7 @@ _LAZY = {
     "Pipeline": "aiayn.pipelines",
     "tokenizer": "aiayn.pipelines",
     "GenerationConfig": "aiayn.decoding.config",
+    "AutoModel": "aiayn.models.pretrained",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from aiayn.decoding.config import GenerationConfig
     from aiayn.models import build, preset, presets
     from aiayn.models.checkpoint import load, save
+    from aiayn.models.pretrained import AutoModel
     from aiayn.pipelines import Pipeline, pipeline, tokenizer
 
 
@@ -84,5 +86,5 @@ def embed(folder_or_run: Any, texts: list[str]) -> Any:
     return run(folder_or_run, texts)
 
 
-__all__ = ["GenerationConfig", "Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf", "load",
-           "pipeline", "preset", "presets", "save", "to_hf", "tokenizer"]
+__all__ = ["AutoModel", "GenerationConfig", "Pipeline", "__version__", "build", "count_parameters", "embed", "from_hf",
+           "load", "pipeline", "preset", "presets", "save", "to_hf", "tokenizer"]

@@ -159,3 +159,30 @@ def test_the_tiny_configs_people_test_with_load_though_their_end_token_is_outsid
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
     assert model.generate(ids[:1], max_new_tokens=5, do_sample=False).shape == (1, 14)  # no end token: all 5
+
+
+def test_auto_model_opens_any_family_s_run_or_hugging_face_folder(tmp_path):
+    """aiayn.AutoModel picks the family from the folder as transformers' AutoModel does from config.json; the
+    per-family classes still refuse another family's folder."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    gpt = aiayn.build("gpt-tiny", vocab_size=50)
+    aiayn.save(gpt, tmp_path / "run" / "model.safetensors")
+    loaded = aiayn.AutoModel.from_pretrained(tmp_path / "run")
+    assert isinstance(loaded, GPT) and not loaded.training
+    assert all(torch.equal(a, b) for a, b in zip(gpt.state_dict().values(), loaded.state_dict().values()))
+    for name, hf in (("bert", transformers.BertModel(transformers.BertConfig(
+                         vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=24))),
+                     ("xlnet", transformers.XLNetLMHeadModel(transformers.XLNetConfig(
+                         vocab_size=60, d_model=16, n_layer=1, n_head=2, d_inner=24)))):
+        hf.save_pretrained(tmp_path / name)
+        model = aiayn.AutoModel.from_pretrained(tmp_path / name)
+        assert type(model).__name__ == {"bert": "BERT", "xlnet": "XLNet"}[name]
+    with pytest.raises(ValueError, match="not a GPT"):
+        GPT.from_pretrained(tmp_path / "bert")
+    with pytest.raises(FileNotFoundError, match=r"neither config\.json"):
+        (tmp_path / "empty").mkdir()
+        aiayn.AutoModel.from_pretrained(tmp_path / "empty")
+    with pytest.raises(TypeError, match="from_pretrained"):
+        aiayn.AutoModel()

@@ -109,6 +109,22 @@ class PretrainedMixin(OutputsMixin):
         return _convert().to_hf.to_hf(model, folder)
 
 
+class AutoModel:
+    """``transformers``' ``AutoModel``: :meth:`from_pretrained` gives the model of whatever family ``source`` holds
+    (the run's saved config, or the Hugging Face config's ``model_type``), beside the per-family classes
+    (``GPT.from_pretrained``), which refuse another family's folder."""
+
+    def __init__(self) -> None:
+        raise TypeError("AutoModel is not built: use AutoModel.from_pretrained(path_or_id), or aiayn.build(preset)")
+
+    @classmethod
+    def from_pretrained(cls, source: str | os.PathLike, revision: str | None = None,
+                        device: str | torch.device | None = None) -> Any:
+        """The model saved at ``source``, of its own family, in evaluation mode: as
+        :meth:`PretrainedMixin.from_pretrained` takes ``source``, ``revision`` and ``device``."""
+        return PretrainedMixin.from_pretrained(source, revision, device)  # PretrainedMixin: any family
+
+
 class GenerationMixin:
     """``generate`` for the model classes that decode (as ``transformers``' models inherit ``GenerationMixin``)."""
 
@@ -153,4 +169,4 @@ def _model_type(folder: Path) -> str | None:
     return read_json(folder / "config.json", "a Hugging Face config").get("model_type")
 
 
-__all__ = ["FORMATS", "GenerationMixin", "PretrainedMixin"]
+__all__ = ["FORMATS", "AutoModel", "GenerationMixin", "PretrainedMixin"]
