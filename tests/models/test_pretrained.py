@@ -186,3 +186,25 @@ def test_auto_model_opens_any_family_s_run_or_hugging_face_folder(tmp_path):
         aiayn.AutoModel.from_pretrained(tmp_path / "empty")
     with pytest.raises(TypeError, match="from_pretrained"):
         aiayn.AutoModel()
+
+
+def test_save_pretrained_of_a_model_loaded_from_a_run_writes_its_tokenizer(tmp_path):
+    """A model loaded from a run keeps where it came from: save_pretrained writes the run's tokenizer beside the
+    weights (as aiayn export --to hf does), so transformers' AutoTokenizer opens what it wrote."""
+    transformers = pytest.importorskip("transformers")
+    from aiayn.data import BPETokenizer, date_lines
+
+    tok = BPETokenizer.train(date_lines(300, seed=0), vocab_size=300)
+    run = tmp_path / "run"
+    aiayn.save(aiayn.build("gpt-tiny", vocab_size=tok.vocab_size, eos_id=tok.eos_id), run / "model.safetensors")
+    tok.save(run / "tokenizer.json")
+    model = GPT.from_pretrained(run)
+    model.save_pretrained(tmp_path / "out")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    text = "monday, march 5th, 2019"
+    assert theirs(text)["input_ids"] == tok.encode(text)
+    assert len(theirs) == len(tok) == tok.vocab_size
+    assert theirs.padding_side == "left"  # a language model's batch of prompts, as aiayn generate pads it
+    built = aiayn.build("gpt-tiny", vocab_size=50)
+    built.save_pretrained(tmp_path / "bare")  # a model built here has no run: weights and config only
+    assert not (tmp_path / "bare" / "tokenizer.json").exists()

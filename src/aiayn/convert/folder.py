@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from aiayn.convert import CONVERTERS, from_hf, hf_folder
 from aiayn.convert.common import read_config
+from aiayn.convert.to_hf import to_hf
 from aiayn.io import read_json, write_json, write_text
 from aiayn.models import checkpoint
 
@@ -256,9 +257,21 @@ def _generates(model: nn.Module) -> bool:
 def _to_hf_folder(model: nn.Module, folder: Path, out: Path) -> None:
     """The Hugging Face folder of ``model`` (of the run ``folder``) in ``out``: weights, config (with a text
     classifier's class names), tokenizer files and a model card."""
-    from aiayn.convert.to_hf import to_hf
-
     to_hf(model, out)
+    add_run_files(model, folder, out)
+
+
+def run_to_hf(model: nn.Module, run: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """``model`` (loaded from the run folder ``run``, perhaps changed since) as a Hugging Face folder ``out``: its
+    weights and config (:func:`aiayn.convert.to_hf.to_hf`), and the run's tokenizer files, class names and model
+    card (``save_pretrained`` of a model loaded from a run)."""
+    _to_hf_folder(model, Path(run), Path(out))
+    return Path(out)
+
+
+def add_run_files(model: nn.Module, folder: Path, out: Path) -> None:
+    """Beside ``model``'s Hugging Face weights in ``out``: the run ``folder``'s tokenizer files, a text classifier's
+    class names (into ``config.json``) and a model card from its ``run.json``."""
     tokenizers = _copy_tokenizers(folder, out, left=_generates(model))
     if (folder / "classes.json").is_file():  # a textclass run's class names
         classes = read_json(folder / "classes.json", "a list of class names", list)

@@ -130,7 +130,11 @@ def load(path: str | os.PathLike, device: str = "cpu") -> nn.Module:
     if bad:  # a run that diverged: every output would be NaN, or fail deep inside decoding
         raise ValueError(f"{file} holds NaN or infinite weights ({', '.join(bad[:3])}"
                          f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}); it was not loaded")
-    return from_tensors(_config(meta, file), tensors, str(file)).to(device)
+    model = from_tensors(_config(meta, file), tensors, str(file)).to(device)
+    folder = file.parent
+    if any((folder / name).is_file() for name in ("tokenizer.json", "src_tokenizer.json")):
+        model.run_folder = folder  # type: ignore[assignment]  # save_pretrained writes its tokenizer beside the weights
+    return model
 
 
 def saved_config(path: str | os.PathLike) -> Any:

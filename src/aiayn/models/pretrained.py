@@ -106,7 +106,8 @@ class PretrainedMixin(OutputsMixin):
 
             save(model, Path(folder) / "model.safetensors")
             return Path(folder)
-        return _convert().to_hf.to_hf(model, folder)
+        run = getattr(model, "run_folder", None)  # loaded from a run: its tokenizer goes beside the weights
+        return _convert().to_hf.to_hf(model, folder) if run is None else _convert().folder.run_to_hf(model, run, folder)
 
 
 class AutoModel:
@@ -139,8 +140,9 @@ class GenerationMixin:
 
 
 def _convert() -> ModuleType:
-    """:mod:`aiayn.convert` (with :mod:`aiayn.convert.to_hf`), which builds on the models: imported when called."""
-    import aiayn.convert.to_hf  # the package and its to_hf module
+    """:mod:`aiayn.convert` (with :mod:`aiayn.convert.folder` and the :mod:`aiayn.convert.to_hf` it reads), which
+    builds on the models: imported when called."""
+    import aiayn.convert.folder  # the package, its folder module and the to_hf module that imports
 
     return aiayn.convert
 
