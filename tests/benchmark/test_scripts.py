@@ -252,6 +252,7 @@ def test_lm_shakespeare_quick(tmp_path, recipe):
         assert (tmp_path / "out" / "lm_shakespeare_xl_relative.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # its parts run in tests/cli/test_plm.py; the script's flags in test_reviews_sentiment_quick
 def test_reviews_sentiment_quick_with_xlnet(tmp_path):
     pytest.importorskip("sklearn")
     data = needs_data("chinese-reviews-sentiment")
