@@ -15,6 +15,18 @@ SMALL = {"batch_size": 16, "seq_len": 32, "n_train": 3000, "n_test": 200, "eval_
          "model": {"d_model": 64, "n_heads": 2, "d_ff": 128, "mem_len": 32}}
 
 
+def test_the_targets_see_each_other_in_one_strict_order():
+    """Over several targets the visibility among them is a strict total order (the factorisation order): each
+    sees exactly the targets before it, so the k-th sees k - 1 of them and every one it sees sees fewer."""
+    _, perm, mapping, _ = permutation(torch.zeros(3, 12, dtype=torch.long), 4, torch.Generator().manual_seed(1))
+    for b in range(3):
+        targets = mapping[b].argmax(-1).tolist()  # 3 of 12
+        sees = {i: {j for j in targets if j != i and not perm[b, i, j]} for i in targets}
+        assert sorted(len(s) for s in sees.values()) == [0, 1, 2]
+        for i in targets:
+            assert all(sees[j] < sees[i] for j in sees[i])  # transitive and antisymmetric
+
+
 def test_the_orders_predict_their_last_sixth_and_hide_what_the_paper_hides():
     ids = torch.arange(100, 112).view(2, 6)
     _, perm, mapping, labels = permutation(ids, 3, torch.Generator().manual_seed(0))
@@ -48,6 +60,10 @@ def test_a_short_run_trains_and_fine_tunes_into_a_classifier(tmp_path):
                           verbose=False, **SMALL)
     first, last = short["validation"]
     assert last["val_loss"] < first["val_loss"]
+    # a config that keeps every position (the released XLNets') trains with a memory of seq_len, not a growing one
+    unbounded = PermutationLM(recipes.config("plm", **{**SMALL, "model": {**SMALL["model"], "mem_len": None}}), None,
+                              lambda *a, **k: None)
+    assert unbounded.new_memory(unbounded.model).mem_len == SMALL["seq_len"]
     result = recipes.train("textclass", model_type="xlnet", init_from=str(short["run"]), steps=10, eval_every=10,
                            warmup=2, out=str(tmp_path), progress=False, verbose=False)
     model = aiayn.load(result["run"])

@@ -99,6 +99,9 @@ def test_the_bare_model_and_the_classifier_match_their_classes():
         torch.testing.assert_close(ours(**x).last_hidden_state, hf(**x).last_hidden_state, atol=1e-4, rtol=1e-4)
     hf = hf_model("XLNetForSequenceClassification", num_labels=3)
     ours = aiayn.from_hf(hf)
+    # transformers classifies the last position whatever the mask (XLNet's tokenizer pads on the left); ours reads
+    # each row's last real token, the same where no row is padded on the right
+    x["attention_mask"][0, -1] = 1
     assert ours.cfg.head == "classification" and ours.cfg.num_labels == 3
     labels = torch.tensor([0, 2, 1])
     with torch.no_grad():
@@ -119,8 +122,9 @@ def test_export_gives_the_class_of_each_head_computing_the_same(head, tmp_path):
     theirs = cls.from_pretrained(tmp_path).eval()
     x = inputs()
     del x["target_mapping"]
-    if head == "classification":
+    if head == "classification":  # padded on the left only, as above
         del x["perm_mask"]
+        x["attention_mask"][0, -1] = 1
     with torch.no_grad():
         a, b = theirs(**x), ours(**x)
     key = "last_hidden_state" if head == "none" else "logits"
@@ -160,6 +164,24 @@ def test_the_query_stream_never_sees_the_token_it_predicts():
     assert not torch.allclose(content[1][0, target], content[0][0, target])  # the content stream reads itself
 
 
+def test_a_classifier_reads_each_row_s_last_real_token_whichever_side_it_is_padded():
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(vocab_size=V, d_model=24, n_heads=3, n_layers=2, d_ff=40, head="classification",
+                              num_labels=3, dropout=0.0)).eval()
+    short, long = torch.randint(7, V, (1, 5)), torch.randint(7, V, (1, 8))
+    with torch.no_grad():
+        alone = [model(input_ids=x).logits for x in (short, long)]
+        for side in ("right", "left"):
+            pad = torch.full((1, 3), 5)
+            ids = torch.cat([torch.cat([short, pad], 1) if side == "right" else torch.cat([pad, short], 1), long])
+            mask = (torch.arange(8) < 5 if side == "right" else torch.arange(8) >= 3).long()
+            mask = torch.stack([mask, torch.ones(8, dtype=torch.long)])
+            batch = model(input_ids=ids, attention_mask=mask).logits
+            torch.testing.assert_close(batch, torch.cat(alone), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="target_mapping"):
+        model(input_ids=long, target_mapping=torch.ones(1, 1, 8))
+
+
 def test_the_published_counts_of_xlnet_model():
     """XLNetModel's parameters for the two released sizes (computed from transformers' own class)."""
     for name, n in (("xlnet-base-cased", 116_718_336), ("xlnet-large-cased", 360_268_800)):
@@ -182,5 +204,8 @@ def test_bad_inputs_are_refused_by_name():
             torch.zeros(1, 1, 24))
     with pytest.raises(ValueError, match="attn_type"):
         XLNetConfig(attn_type="both")
+    block = model.layers[0]
+    with pytest.raises(ValueError, match="context= holds every key"):
+        block(torch.zeros(2, 5, 24), context=torch.zeros(2, 7, 24), mems=torch.zeros(2, 2, 24))
     with pytest.raises(ValueError, match="bi_data"):
         aiayn.from_hf(hf_model(bi_data=True))

@@ -60,6 +60,8 @@ def test_viz_relative_draws_a_transformer_xl_run(tmp_path):
                            str(text), "--out", str(out)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 10_000
+    inline = text.read_text()[:3000]  # the text itself, far too long for a file name
+    assert draw_relative(result["run"], inline, tmp_path / "inline.png").stat().st_size > 10_000
     gpt = recipes.train("lm", steps=1, warmup=1, block=16, n_train=50, n_test=5, out=str(tmp_path / "gpt"),
                         model={"d_model": 16, "n_heads": 2, "n_layers": 1}, progress=False, verbose=False)
     with pytest.raises(ValueError, match="with a memory"):

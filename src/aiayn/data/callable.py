@@ -96,7 +96,8 @@ class CallableTokenizer:
             ids = list(self.tok.encode(text)) + ([self.tok.eos_id] if self.specials == "eos" else [])
         limit = max_length or self.max_length
         if truncation and limit is not None and len(ids) > limit:
-            ids = ids[: limit - 1] + ids[-1:] if self.specials != "none" else ids[:limit]
+            ends = 2 if isinstance(self.tok, XLNetTokenizer) else 1  # XLNet's <sep> <cls>, else [SEP] or </s>
+            ids = ids[: limit - ends] + ids[-ends:] if self.specials != "none" else ids[:limit]
         return ids
 
     def __call__(self, texts: str | Sequence[str], return_tensors: str | None = None, padding: bool | str = False,

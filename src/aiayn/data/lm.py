@@ -78,8 +78,8 @@ def lm_streams(tokens: Tensor, block: int, batch_size: int, start: int = 0) -> I
 def lm_stream_pass(tokens: Tensor, block: int, batch_size: int, max_blocks: int | None = None
                    ) -> list[tuple[Tensor, Tensor]]:
     """One pass of :func:`lm_streams`, each row's segments in order (validation with a memory): at most
-    ``batch_size`` rows (fewer when the text is too short to give each one a block), at most ``max_blocks`` blocks
-    in all."""
+    ``batch_size`` rows (fewer when the text is too short to give each one a block), and as many segments a row
+    as ``max_blocks`` blocks allow in all (at least one: a ``max_blocks`` below the rows reads one segment each)."""
     _check(tokens, block)
     rows = min(batch_size, (tokens.numel() - 1) // block)
     n = (tokens.numel() - 1) // rows // block  # segments a row reads

@@ -83,16 +83,19 @@ class EncoderBlock(_Block):
                 pos: Tensor | None = None, mems: Tensor | None = None, context: Tensor | None = None,
                 score_inputs: dict[str, Tensor] | None = None, targets: Tensor | None = None) -> Tensor:
         """``(B, S, C)`` -> ``(B, S, C)``; ``mask`` bool ``True`` = may attend, broadcastable to ``(B, H, S, S)``
-        (padding: ``(B, 1, 1, S)``); ``is_causal``: causal without a materialised mask; ``pos`` ``(B, S, C)`` is
-        added to the queries and keys of self-attention, not to the values (DETR); ``mems`` ``(B, M, C)``: the
-        earlier segment's states, which self-attention also reads, as keys and values before ``x``'s
-        (Transformer-XL's recurrence; the mask then covers ``(S, M + S)``). ``context`` ``(B, K, C)``: the keys'
-        and values' states instead of ``x``'s (XLNet's query stream reads the content stream, ``mems`` then
-        unused); ``score_inputs``: a ``score``'s other inputs (:meth:`MultiHeadAttention.forward`); ``targets``
-        ``(B, K, T)`` one-hot rows, with ``context``: ``x`` holds ``K`` rows that attend from these of the ``T``
-        positions (XLNet's predictions; the projections have no biases, so placing the rows before them is placing
+        (padding: ``(B, 1, 1, S)``); ``is_causal``: causal without a materialised mask; ``pos`` ``(B, S, C)`` is added
+        to the queries and keys of self-attention, not to the values (DETR); ``mems`` ``(B, M, C)``: the earlier
+        segment's states, which self-attention also reads, as keys and values before ``x``'s (Transformer-XL's
+        recurrence; the mask then covers ``(S, M + S)``). ``context`` ``(B, S', C)``: the keys' and values' states
+        instead of ``x``'s (XLNet's query stream reads the content stream with its memory before it; not with ``mems``,
+        ``is_causal`` or ``pos``); ``score_inputs``: a ``score``'s other inputs (:meth:`MultiHeadAttention.forward`);
+        ``targets`` ``(B, K, T)`` one-hot rows, with ``context``: ``x`` holds ``K`` rows that attend from these of the
+        ``T`` positions (XLNet's predictions; the projections have no biases, so placing the rows before them is placing
         the queries)."""
         if context is not None:
+            if mems is not None or is_causal or pos is not None:
+                raise ValueError("context= holds every key and value: put the memory in it, and give the mask "
+                                 "instead of is_causal (no pos)")
             keys = self.norm1(context) if self.norm_first else context  # as the queries' states are
 
             def attend(h: Tensor) -> Tensor:

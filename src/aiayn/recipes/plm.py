@@ -1,16 +1,18 @@
 """Permutation language modelling: XLNet pre-training (Yang et al., 2019, section 2).
 
-The text is read as ``batch_size`` streams in order (:func:`aiayn.data.lm_streams`), a segment of ``seq_len``
-tokens at a time, the content stream's states of each segment kept as the next one's memory (the model's
-``mem_len``; section 2.4). For every segment a factorisation order z is drawn, a random permutation of its
-positions, and only the last 1/K of z is predicted (partial prediction, section 2.3: the first tokens of an
-order have too little context to learn from; the paper's K is 6 or 7):
+The text is read as ``batch_size`` streams in order (:func:`aiayn.data.lm_streams`), a segment of ``seq_len`` tokens
+at a time, the content stream's states of each segment kept as the next one's memory (the model's ``mem_len``, or
+``seq_len`` where the config keeps all it is given, as the released XLNets' do; section 2.4). For every segment a
+factorisation order z is drawn, a random permutation of its positions, and only the last 1/K of z is predicted
+(partial prediction, section 2.3: the first tokens of an order have too little context to learn from; the paper's K
+is 6 or 7):
 
     non-targets   see each other (both ways) and the memory, never a target
     target z_t    its query stream sees the non-targets, the targets before it in z and the memory; never its
                   own token (the content stream, which later layers and targets read, sees that one too)
 
-as the original ``_local_perm`` builds ``perm_mask`` and ``target_mapping`` (:func:`permutation`). The loss is the
+with ``perm_mask`` and ``target_mapping`` built by the rules of the original ``_local_perm`` (:func:`permutation`;
+its targets are drawn uniformly, section 2.3, not as its n-gram spans in local chunks). The loss is the
 mean cross-entropy of the targets. Lines are joined with ``[SEP]``; there are no segment ids (XLNet's pairs of
 segments serve its fine-tuning tasks, not the language model). The tokenizer is WordPiece, so ``aiayn train
 textclass --init-from`` fine-tunes the run (XLNet classifies the last real token). The default data is made-up
@@ -97,7 +99,7 @@ class PermutationLM(Recipe):
             tok = WordPieceTokenizer.load(folder / "tokenizer.json")
         elif start is not None:
             assert cfg.init_from is not None  # start_from loads it
-            tok = bert_tokenizer(finetune.folder_of(cfg.init_from))
+            tok = wordpiece_of(finetune.folder_of(cfg.init_from))
         else:
             tok = WordPieceTokenizer.train(train_lines, vocab_size=cfg.vocab_size)
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's
@@ -135,8 +137,13 @@ class PermutationLM(Recipe):
     def schedule(self, step: int, total: int) -> float:
         return warmup_cosine(step, self.cfg.warmup_for(total), total)
 
+    def new_memory(self, model) -> Any:
+        """An empty memory of the model's ``mem_len``, or ``seq_len`` positions where it keeps all (``None``): a
+        memory carried through a whole run must stay bounded."""
+        return cast(Any, model).new_memory(self.mcfg.mem_len if self.mcfg.mem_len is not None else self.cfg.seq_len)
+
     def batches(self, start: int):
-        self.memory = cast(Any, self.model).new_memory()  # the streams start again: so does the memory
+        self.memory = self.new_memory(self.model)  # the streams start again: so does the memory
         cfg = self.cfg
 
         def drawn():
@@ -152,7 +159,7 @@ class PermutationLM(Recipe):
     def validate(self, model) -> dict[str, float]:
         model.eval()
         where = devices.of(model)
-        memory = cast(Any, model).new_memory()
+        memory = self.new_memory(model)
         total = hits = n = 0.0
         for batch in self.held_out:
             batch = devices.move(batch, where)
@@ -172,6 +179,15 @@ class PermutationLM(Recipe):
         return {k: last[k] for k in ("val_loss", "perplexity", "accuracy")}
 
 
+def wordpiece_of(folder: Path) -> WordPieceTokenizer:
+    """The WordPiece tokenizer of an XLNet run of ours to train on; a released XLNet's SentencePiece one is refused
+    by name (these recipes encode with WordPiece)."""
+    if (folder / "spiece.model").is_file():
+        raise ValueError(f"init_from={str(folder)!r} is a Hugging Face XLNet with SentencePiece's spiece.model; the "
+                         f"plm and textclass recipes train on WordPiece (an XLNet run of `aiayn train plm`)")
+    return bert_tokenizer(folder)
+
+
 def _loss(model, batch: Batch, memory, keep: bool = False):
     """The summed cross-entropy of the batch's targets (and, with ``keep``, their logits and labels)."""
     ids, perm, mapping, labels = batch
@@ -182,4 +198,4 @@ def _loss(model, batch: Batch, memory, keep: bool = False):
     return loss, loss.detach(), labels.numel()
 
 
-__all__ = ["Config", "PermutationLM", "permutation"]
+__all__ = ["Config", "PermutationLM", "permutation", "wordpiece_of"]

@@ -56,7 +56,7 @@ from aiayn.pipelines.textclass import (
     text_length,
 )
 from aiayn.recipes.base import Evaluation, Recipe, RecipeConfig, fused, positive, setting
-from aiayn.recipes.mlm import bert_tokenizer
+from aiayn.recipes.plm import wordpiece_of
 from aiayn.training import decay_groups, distributed, finetune, warmup_cosine
 from aiayn.training import device as devices
 
@@ -160,7 +160,7 @@ class TextClassification(Recipe):
         elif start is not None:
             assert cfg.init_from is not None  # start_from loads it
             source = finetune.folder_of(cfg.init_from)
-            tok = load_tokenizer(source / "tokenizer.json") if gpt else bert_tokenizer(source)
+            tok = load_tokenizer(source / "tokenizer.json") if gpt else wordpiece_of(source)
         else:
             tok = WordPieceTokenizer.train(train[0], vocab_size=cfg.vocab_size)
         self.tok = tok = distributed.broadcast(tok)  # several ranks: rank 0's

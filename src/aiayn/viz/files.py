@@ -377,7 +377,11 @@ def draw_relative(run: str | os.PathLike, text: str, path: str | os.PathLike, *,
     if not hasattr(model, "new_memory"):
         raise ValueError(f"{run} holds a {type(model).__name__}: viz relative draws a model with a memory "
                          f"(Transformer-XL, `aiayn train lm --preset transfo-xl-char`)")
-    if len(text) < 4096 and Path(text).is_file():
+    try:
+        is_file = Path(text).is_file()
+    except (OSError, ValueError):  # text too long for a file name, or holding a NUL: the text itself
+        is_file = False
+    if is_file:
         text = Path(text).read_text(encoding="utf-8")
     args = Path(run) / "args.json"
     block = int(json.loads(args.read_text()).get("block", 128)) if args.is_file() else 128

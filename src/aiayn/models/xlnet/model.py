@@ -257,12 +257,14 @@ class XLNet(PretrainedMixin, nn.Module):
         memory is returned as ``past_key_values`` (``transformers``' ``mems``) when ``mems`` is given or
         ``use_mems`` (default: when not training, as ``use_mems_eval``); ``labels`` of the LM head are the
         targets at each position (or each of ``target_mapping``'s), not shifted; ``-100`` is ignored."""
+        if self.cfg.head == "classification" and target_mapping is not None:
+            raise ValueError("target_mapping: a classifier reads the content stream's last real token, not targets")
         keep = use_mems if use_mems is not None else (mems is not None or not self.training)
         memory = mems if mems is not None else (self.new_memory() if keep else None)
         hidden = self(input_ids, memory, token_type_ids=token_type_ids, attention_mask=attention_mask,
                       perm_mask=perm_mask, target_mapping=target_mapping)
         if self.cfg.head == "classification":
-            logits = self.classify(hidden)
+            logits = self.classify(hidden, attention_mask)  # each row's last real token, padded on either side
             return SequenceClassifierOutput(loss=classification_loss(logits, labels), logits=logits,
                                             last_hidden_state=hidden)
         if self.cfg.head == "none":
