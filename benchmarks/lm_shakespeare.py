@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import tempfile
 from pathlib import Path
 
@@ -44,6 +43,7 @@ import torch
 
 import aiayn
 from aiayn import recipes
+from aiayn.benchmark.harness import machine
 from aiayn.benchmark.scripts import script_args
 from aiayn.recipes.lm import perplexity
 
@@ -116,8 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         "updates": len(history), "train_minutes": round(spent / 60, 2),
         "tokens_per_s": round(sum(r["tokens"] for r in history) / spent), "curve": curve,
         "sample": done["sample"],
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
-                    "torch": torch.__version__},
+        "machine": machine(),  # the CPU's model and vector instructions, threads, versions
     }, indent=2) + "\n")
 
 
