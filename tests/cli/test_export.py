@@ -52,11 +52,32 @@ def test_a_text_classifier_exports_with_its_class_names_and_tokenizer(tmp_path):
     assert "test_accuracy" in (out / "README.md").read_text()
 
 
-def test_a_config_hugging_face_cannot_express_is_refused_by_field(runs, tmp_path, capsys):
-    # the paper's interleaved sinusoids: Marian's table is sines then cosines
-    assert main(["export", str(runs["translation"]), "--to", "hf", str(tmp_path / "hf")]) == 2
-    assert "positional='sinusoidal'" in capsys.readouterr().err
-    assert not (tmp_path / "hf" / "model.safetensors").exists()
+def test_the_default_job_s_model_translates_in_marian_and_ctranslate2_as_aiayn_translate_does(tmp_path):
+    # The paper's interleaved sinusoids go to Marian's concatenated ones by reordering the model dimension in every
+    # weight (aiayn.models.transformer.hf.concat_positions); trained briefly on the default job's dates.
+    from aiayn import recipes
+    from aiayn.data import make_pairs, seq2seq_batch
+    from aiayn.pipelines.translation import load_run, translate
+
+    run = recipes.train("dates", steps=150, warmup=30, n_train=3000, n_test=10, eval_every=0, out=str(tmp_path),
+                        model={"d_model": 64, "d_ff": 128}, progress=False, verbose=False)["run"]
+    assert main(["export", str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert main(["export", str(run), "--to", "ctranslate2", str(tmp_path / "ct2")]) == 0
+    texts = [s for s, _ in make_pairs("dates", 0, 24, seed=11)[1]]  # dates no run saw
+    ours = translate(run, texts)
+    model, src_tok, tgt_tok = load_run(run)
+    assert model.cfg.positional == "sinusoidal" and len(set(ours)) > 12  # the paper's positions; not degenerate
+    src, _, _ = seq2seq_batch([(t, "") for t in texts], src_tok, tgt_tok)
+    marian = transformers.MarianMTModel.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        out = marian.generate(input_ids=src, attention_mask=(src != model.cfg.pad_id).long(), num_beams=1,
+                              do_sample=False, max_new_tokens=src.size(1) + 50)
+    assert [tgt_tok.decode(row) for row in out[:, 1:].tolist()] == ours
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
+    rows = [[str(i) for i in row if i != model.cfg.pad_id] for row in src.tolist()]
+    results = translator.translate_batch(rows, beam_size=1, min_decoding_length=0, max_decoding_length=src.size(1) + 50)
+    assert [tgt_tok.decode([int(t) for t in r.hypotheses[0]]) for r in results] == ours
 
 
 def test_an_lm_run_exports_to_onnx_and_onnxruntime_generates_its_tokens(runs, tmp_path, capsys):

@@ -41,6 +41,8 @@ SEQ2SEQ = {
     # would drop that id from the vocabulary and start from a zero vector)
     "Marian laid out as OPUS-MT": dataclasses.replace(MARIAN, pad_id=V - 1, bos_id=V - 1, eos_id=0, activation="silu"),
     "Marian with separate vocabularies": dataclasses.replace(MARIAN, tgt_vocab_size=30, share_embeddings=False),
+    # the paper's interleaved sinusoids, exported as Marian with the model dimension reordered
+    "the paper's Transformer, interleaved sinusoids": dataclasses.replace(MARIAN, positional="sinusoidal"),
 }
 NEW = 12  # tokens generated
 
@@ -193,7 +195,7 @@ def test_a_mistral_s_window_holds_past_the_prompt(tmp_path):
     assert theirs == ours and all(len(row) == NEW for row in ours)
 
 
-@pytest.mark.parametrize("name", list(SEQ2SEQ)[:2])
+@pytest.mark.parametrize("name", [*list(SEQ2SEQ)[:2], "the paper's Transformer, interleaved sinusoids"])
 def test_an_encoder_decoder_s_greedy_translations_in_ctranslate2_are_ours(tmp_path, reversers, name):
     model = reversers(name)
     out = export(run_of(model, tmp_path / "run"), tmp_path / "ct2", "ctranslate2")
@@ -277,9 +279,9 @@ def test_what_ctranslate2_cannot_run_is_refused_before_anything_is_written(tmp_p
 
 
 def test_a_failed_export_leaves_nothing_behind(tmp_path, monkeypatch):
-    # refused by the Hugging Face export (the paper's interleaved sinusoids), inside the new folder
-    model = Transformer(dataclasses.replace(MARIAN, positional="sinusoidal"))
-    with pytest.raises(ValueError, match="positional='sinusoidal'"):
+    # refused by the Hugging Face export (a pre-norm Transformer), inside the new folder
+    model = Transformer(dataclasses.replace(MARIAN, norm_first=True))
+    with pytest.raises(ValueError, match="norm_first=True"):
         export(run_of(model, tmp_path / "paper"), tmp_path / "out", "ctranslate2")
     assert not (tmp_path / "out").exists() and leftovers(tmp_path / "out") == []
     # failing in CTranslate2's converter, the Hugging Face folder written: both temporary folders go

@@ -3,6 +3,7 @@ output by output, written as ``save_pretrained`` writes them, and read back by `
 Models are tiny, with random weights built here: ours from presets (every bias, norm and statistic moved
 off its 0/1 start) and Hugging Face's from configs; no download."""
 
+import dataclasses
 import json
 
 import pytest
@@ -222,6 +223,34 @@ def test_transformer_exports_to_marian_or_bart(case, tmp_path):
         assert_same_weights(original, hf)
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["shared-tied", "two-vocabularies-untied"])
+def test_the_paper_s_interleaved_sinusoids_export_to_marian_reordered(tied, tmp_path):
+    # sin, cos, sin, ... is Marian's sines-then-cosines up to a permutation of the model dimension: every weight
+    # reordered, the same network
+    ours = randomized(aiayn.build("transformer-tiny", **SMALL, src_vocab_size=41, tgt_vocab_size=41 if tied else 30,
+                                  max_len=64, share_embeddings=tied, tie_output=tied, pad_id=1, bos_id=1, eos_id=0))
+    assert ours.cfg.positional == "sinusoidal"
+    hf = exported(ours, tmp_path / "hf", transformers.AutoModelForSeq2SeqLM)
+    assert type(hf).__name__ == "MarianMTModel"
+    src, tgt = torch.tensor([[5, 9, 12, 7, 0], [8, 4, 0, 1, 1]]), torch.tensor([[1, 4, 9, 2], [1, 3, 3, 8]])
+    with torch.no_grad():
+        expected = hf(input_ids=src, attention_mask=(src != 1).long(), decoder_input_ids=tgt).logits
+        close(ours(src, tgt), expected)
+        back = aiayn.from_hf(tmp_path / "hf")  # the reordered model: Marian's positions, the same outputs
+        assert back.cfg == dataclasses.replace(ours.cfg, positional="sinusoidal-concat")
+        close(back(src, tgt), expected)
+        assert not torch.equal(back.src_embed.tokens.weight, ours.src_embed.tokens.weight)  # reordered, not copied
+
+
+def test_concat_positions_refuses_a_weight_it_does_not_place():
+    from aiayn.models.transformer.hf import concat_positions
+
+    model = aiayn.build("transformer-tiny", n_encoder_layers=1, n_decoder_layers=1)
+    model.register_buffer("scale", torch.ones(model.cfg.d_model))
+    with pytest.raises(ValueError, match="'scale'"):
+        concat_positions(model)
+
+
 def test_a_marian_without_output_bias_gets_a_zero_one(tmp_path):
     # Marian always has final_logits_bias: zeros compute what no bias computes, and from_hf keeps them as a bias
     ours = randomized(aiayn.build("transformer-tiny", **SMALL, src_vocab_size=41, tgt_vocab_size=41,
@@ -349,8 +378,8 @@ def test_a_timm_backbone_detr_is_refused_with_the_revision_that_converts(tmp_pat
 
 REFUSED = [
     ("transformer-tiny", {"norm_first": True, "positional": "sinusoidal-concat"}, "norm_first=True"),
-    # the paper's interleaved sinusoids
-    ("transformer-tiny", {}, "positional='sinusoidal' cannot be exported.*sines first, then cosines"),
+    # the paper's interleaved sinusoids exported as Marian still need post-norm
+    ("transformer-tiny", {"norm_first": True}, "norm_first=True"),
     ("transformer-tiny", {"positional": "none"}, "positional='none'"),
     ("transformer-tiny", {"positional": "sinusoidal-concat", "cross_scoring": "additive"}, "cross_scoring='additive'"),
     ("transformer-tiny", {"positional": "sinusoidal-concat", "layer_norm_eps": 1e-6}, "layer_norm_eps=1e-06"),
@@ -365,7 +394,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("preset, overrides, message", REFUSED,
-                         ids=[f"{p}-{'-'.join(o) or 'interleaved'}" for p, o, _ in REFUSED])
+                         ids=[f"{p}-{'-'.join(o)}" for p, o, _ in REFUSED])
 def test_configs_hugging_face_cannot_express_are_refused_by_name_and_nothing_is_written(preset, overrides, message,
                                                                                       tmp_path):
     model = aiayn.build(preset, **overrides)

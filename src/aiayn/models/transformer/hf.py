@@ -21,9 +21,14 @@ Each difference is a field of our config, so the conversion is a key table:
 
 :func:`export` reads the table the other way: a Transformer with ``positional="sinusoidal-concat"`` becomes a
 ``MarianMTModel``, one with ``positional="learned"`` a ``BartForConditionalGeneration``; token tables are
-written as ``save_pretrained`` writes them (once, as ``model.shared``, when tied). What neither expresses
-is refused by name: pre-norm blocks, the paper's interleaved sinusoids (``positional="sinusoidal"``: Marian
-computes sines then cosines, the same numbers in another order), no positions, a LayerNorm epsilon other
+written as ``save_pretrained`` writes them (once, as ``model.shared``, when tied).
+
+The paper's interleaved sinusoids (``positional="sinusoidal"``: sin, cos, sin, ... along the model dimension)
+are Marian's concatenated ones (all sines, then all cosines) up to a fixed permutation of that dimension, so
+such a model is exported as Marian too, by :func:`concat_positions`: the same network with the residual
+stream's basis reordered in every weight that reads or writes it (``from_hf`` of the folder gives that
+reordered model, which computes the same). What neither expresses is refused by name: pre-norm blocks, no
+positions, a LayerNorm epsilon other
 than 1e-5, BART without its 2 unused position rows, embedding LayerNorm or one shared token table, Marian
 with an embedding LayerNorm. Without an output bias the file holds zeros there; ``from_hf`` then gives
 Marian ``output_bias=True`` (it always has one), which computes the same.
@@ -32,6 +37,7 @@ Marian ``output_bias=True`` (it always has one), which computes the same.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import torch
@@ -147,10 +153,7 @@ def _family(cfg: TransformerConfig) -> str:
                "products")
     if cfg.layer_norm_eps != 1e-5:
         refuse("layer_norm_eps", cfg.layer_norm_eps, "Marian's and BART's LayerNorms keep PyTorch's 1e-5")
-    if cfg.positional == "sinusoidal":
-        refuse("positional", cfg.positional, "Marian's sinusoids are laid out sines first, then cosines; ours "
-               "interleave them (sin, cos, sin, ...). Train with positional='sinusoidal-concat' to export to Marian")
-    if cfg.positional == "sinusoidal-concat":
+    if cfg.positional in ("sinusoidal", "sinusoidal-concat"):  # the first exported as concat_positions(model)
         if cfg.embed_norm:
             refuse("embed_norm", True, "Marian has no LayerNorm on the embeddings")
         return "marian"
@@ -162,11 +165,55 @@ def _family(cfg: TransformerConfig) -> str:
     refuse("positional", cfg.positional, "Marian and BART both add positions to the embeddings")
 
 
+# How each weight meets the residual stream (the model dimension C), by the end of its name: "in" reads it (its
+# columns index C), "out" writes it (its rows index C), "both" is a vector over C (a LayerNorm's gain and bias, an
+# output projection's bias), "none" does not touch it (the biases of products that read it).
+RESIDUAL_AXES = (
+    (r"(src|tgt)_embed\.(tokens|positions)\.weight|generator\.weight", "in"),
+    (r"(in_proj|ff\.fc1)\.weight", "in"),
+    (r"(out_proj|ff\.fc2)\.weight", "out"),
+    (r"(out_proj|ff\.fc2)\.bias|norm\d?\.(weight|bias)", "both"),
+    (r"(in_proj|ff\.fc1|generator)\.bias", "none"),
+)
+
+
+def concat_positions(model: Transformer) -> Transformer:
+    """``model`` with the paper's interleaved sinusoids as Marian's concatenated ones: the same network.
+
+    The interleaved table's dimension ``2i`` is the concatenated table's ``i`` (the sine of frequency ``i``) and
+    ``2i + 1`` its ``C/2 + i`` (the cosine): with ``perm = [0, 2, 4, ..., 1, 3, 5, ...]``, ``concat = interleaved[:,
+    perm]``. Every residual vector is then read in that order, ``x' = x[perm]``, which leaves each sublayer's result
+    unchanged when every weight that reads the stream has its columns reordered (``W' = W[:, perm]``: token tables,
+    the tied output, the q/k/v and first feed-forward products), every one that writes it its rows and bias
+    (``W[perm]``: attention's output and the second feed-forward product) and each LayerNorm its gain and bias
+    (a mean and a variance do not depend on the order). A model whose positions are not ``"sinusoidal"`` is
+    returned as it is.
+
+    Raises:
+        ValueError: a weight whose relation to the model dimension is not in :data:`RESIDUAL_AXES` (named).
+    """
+    cfg = model.cfg
+    if cfg.positional != "sinusoidal":
+        return model
+    c = cfg.d_model
+    perm = torch.cat([torch.arange(0, c, 2), torch.arange(1, c, 2)])
+    state = {}
+    for key, value in model.state_dict().items():
+        axis = next((a for pattern, a in RESIDUAL_AXES if re.search(rf"(^|\.)({pattern})$", key)), None)
+        if axis is None:
+            raise ValueError(f"concat_positions does not know how {key!r} meets the model dimension")
+        state[key] = value[:, perm] if axis == "in" else value[perm] if axis in ("out", "both") else value
+    out = Transformer(dataclasses.replace(cfg, positional="sinusoidal-concat"))
+    out.load_state_dict(state)
+    return out.to(next(model.parameters()).device).train(model.training)
+
+
 def export(model: Transformer) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """``(config, weights)`` of the ``MarianMTModel`` or ``BartForConditionalGeneration`` computing what
     ``model`` computes (see the module docstring for what is refused)."""
+    family = _family(model.cfg)
+    model = concat_positions(model)
     cfg = model.cfg
-    family = _family(cfg)
     config: dict[str, Any] = {
         "model_type": family, "vocab_size": cfg.src_vocab_size, "d_model": cfg.d_model,
         "encoder_layers": cfg.n_encoder_layers, "decoder_layers": cfg.n_decoder_layers,
