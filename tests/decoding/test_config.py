@@ -52,5 +52,5 @@ def test_generate_reads_the_config_and_its_overrides():
     overridden = model.generate(ids, generation_config=cfg, num_beams=1, num_return_sequences=1)
     assert torch.equal(overridden, model.generate(ids, max_new_tokens=6))
     assert cfg.num_beams == 3  # frozen: an override makes a copy
-    with pytest.raises(TypeError, match="does not support stop_strings"):
-        model.generate(ids, generation_config=cfg, stop_strings=["x"])
+    with pytest.raises(TypeError, match="does not support min_p"):
+        model.generate(ids, generation_config=cfg, min_p=0.1)

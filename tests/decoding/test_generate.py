@@ -163,8 +163,8 @@ def test_seq2seq_sampling_with_top_k_1_is_greedy_and_a_seed_repeats(marian):
 def test_bad_arguments_are_named(marian):
     hf, _ = marian
     ours = aiayn.from_hf(hf)
-    with pytest.raises(TypeError, match="typical_p"):
-        ours.generate(SOURCES, typical_p=0.9)
+    with pytest.raises(TypeError, match="epsilon_cutoff"):
+        ours.generate(SOURCES, epsilon_cutoff=0.01)
     with pytest.raises(ValueError, match="beam sampling"):
         ours.generate(SOURCES, do_sample=True, num_beams=2)
     with pytest.raises(ValueError, match="attention_mask"):

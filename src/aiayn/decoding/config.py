@@ -32,10 +32,14 @@ class GenerationConfig:
             the start token (an encoder-decoder) too. Neither: 20 new tokens, at most the model's positions.
         min_new_tokens, repetition_penalty, no_repeat_ngram_size: the logits processing
             (:mod:`aiayn.decoding.processing`; their defaults do nothing).
-        do_sample, temperature, top_k, top_p: draw each token (temperature first, then top-k, then top-p).
+        do_sample, temperature, top_k, top_p, typical_p: draw each token (temperature first, then top-k, then
+            top-p, then the typical set; ``typical_p=1.0`` keeps every token).
         num_beams, length_penalty, early_stopping: beam search (:mod:`aiayn.decoding.beam`).
         num_return_sequences: sequences per input (draws with ``do_sample``, the n best of the beams).
         eos_token_id, pad_token_id, decoder_start_token_id: ``None``: the model's own.
+        stop_strings: a string, or several, that end a row once its text holds one ending in the row's last
+            token (the token kept, as ``transformers``' ``StopStringCriteria``); ``generate`` needs the
+            ``tokenizer`` to read the text.
         use_cache: keep keys and values between steps (``False``: recompute; the same tokens).
         output_scores, return_dict_in_generate: what ``generate`` returns
             (:class:`~aiayn.decoding.generate.GenerateOutput`).
@@ -53,6 +57,7 @@ class GenerationConfig:
     temperature: float = 1.0
     top_k: int | None = HF_TOP_K
     top_p: float = 1.0
+    typical_p: float = 1.0
     length_penalty: float = 1.0
     early_stopping: bool | str = False
     num_return_sequences: int = 1
@@ -61,6 +66,7 @@ class GenerationConfig:
     eos_token_id: int | list[int] | None = None
     pad_token_id: int | None = None
     decoder_start_token_id: int | None = None
+    stop_strings: str | list[str] | None = None
     use_cache: bool = True
     output_scores: bool = False
     return_dict_in_generate: bool = False
@@ -78,6 +84,17 @@ class GenerationConfig:
         if self.num_return_sequences > 1 and not self.do_sample and self.num_return_sequences > self.num_beams:
             raise ValueError(f"num_return_sequences={self.num_return_sequences} needs do_sample=True or num_beams "
                              f">= it (greedy decoding gives one sequence per input), got num_beams={self.num_beams}")
+        if isinstance(self.typical_p, bool) or not isinstance(self.typical_p, (int, float)) \
+                or not 0.0 < self.typical_p <= 1.0:
+            raise ValueError(f"typical_p must be in (0, 1] (1.0 keeps every token), got {self.typical_p!r}")
+        if self.stop_strings is not None:
+            stops = [self.stop_strings] if isinstance(self.stop_strings, str) else self.stop_strings
+            if not isinstance(stops, (list, tuple)) or not stops or not all(isinstance(t, str) and t for t in stops):
+                raise ValueError(f"stop_strings must be a non-empty string or a list of them, got "
+                                 f"{self.stop_strings!r}")
+            if self.num_beams > 1:
+                raise ValueError("stop_strings end rows of greedy decoding or sampling; with num_beams > 1 they are "
+                                 "not supported")
         if self.do_sample and self.num_beams > 1:
             raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
         if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
@@ -106,7 +123,7 @@ class GenerationConfig:
         if unknown:
             raise TypeError(f"generate() does not support {', '.join(unknown)}; it takes "
                             f"{', '.join(f.name for f in dataclasses.fields(self))}, generation_config, generator, "
-                            f"compile, assistant_model")
+                            f"compile, assistant_model, tokenizer, streamer")
         return dataclasses.replace(self, **overrides) if overrides else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,8 @@
                    return_dict_in_generate=True, output_scores=True)
     model.generate(input_ids, repetition_penalty=1.3, no_repeat_ngram_size=3, min_new_tokens=5)
     model.generate(input_ids, assistant_model=draft)                    speculative decoding (a small draft proposes)
+    model.generate(input_ids, stop_strings=["\\n"], tokenizer=tok)       a row ends once its text holds a stop string
+    model.generate(input_ids, streamer=TextStreamer(tok))               each token handed over as it is made
 
 The same call runs a language model (GPT: ``input_ids`` is the prompt, padded on the left with
 ``attention_mask``; the result is the prompt followed by the new tokens) and an encoder-decoder
@@ -27,7 +29,8 @@ Shapes: B batch, T prompt (or source) length, N new tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -40,6 +43,7 @@ from aiayn.decoding.processing import Processing
 from aiayn.decoding.sampling import check_left_padded, pick
 from aiayn.decoding.settings import check_beams
 from aiayn.decoding.speculative import speculative
+from aiayn.decoding.stopping import StopStrings
 from aiayn.defaults import HF_NEW_TOKENS, HF_TOP_K
 from aiayn.layers.embedding import check_ids
 
@@ -50,11 +54,42 @@ class GenerateOutput:
     it: ``sequences`` as ``generate`` returns them; with ``output_scores``, ``scores``, one ``(rows, V)`` tensor
     per new token (greedy decoding and sampling: the scores each token was chosen from, after the processing,
     temperature, top-k and top-p; ``None`` with beams), and ``sequences_scores`` ``(rows,)`` (beam search: each
-    sequence's summed log-probability over its length penalty, the score it was ranked by; ``None`` otherwise)."""
+    sequence's summed log-probability over its length penalty, the score it was ranked by; ``None`` otherwise).
+
+    It behaves as ``transformers``' ``ModelOutput``: the fields that are not ``None`` are its ``keys()``, read by
+    name or by place (``out["sequences"]``, ``out[0]``), in ``to_tuple()``, and iterated as a dict's keys."""
 
     sequences: Tensor
     scores: tuple[Tensor, ...] | None = None
     sequences_scores: Tensor | None = None
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(self.values())
+
+    def __getitem__(self, key: str | int | slice) -> Any:
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __len__(self) -> int:
+        return len(self.keys())
 
 
 @torch.no_grad()
@@ -67,6 +102,8 @@ def generate(
     generator: torch.Generator | None = None,
     compile: bool = False,
     assistant_model: nn.Module | None = None,
+    tokenizer: Any = None,
+    streamer: Any = None,
     **overrides: Any,
 ) -> Tensor | GenerateOutput:
     """Generate as ``transformers``' ``model.generate`` does, with its arguments.
@@ -92,6 +129,11 @@ def generate(
             model of the same tokenizer, proposes ``num_assistant_tokens`` tokens and the model checks them in
             one pass; greedy gives the same tokens, sampling the model's distribution. A language model's greedy
             decoding or sampling, without the logits processing, scores or compile.
+        tokenizer: the model's tokenizer (``decode(ids)``), which ``stop_strings`` reads the text with.
+        streamer: an object with ``put(ids)`` and ``end()``, as ``transformers``' ``TextStreamer`` and
+            ``TextIteratorStreamer``: given the prompt (an encoder-decoder's start tokens) ``(B, T)``, then each
+            step's tokens ``(rows,)`` (a finished row's being padding), on the CPU, then ``end()``. Greedy
+            decoding or sampling.
 
     Returns:
         ``(B, T + n)`` for a language model (the prompt, then ``n <= N`` new tokens), ``(B, 1 + n)`` for an
@@ -111,7 +153,15 @@ def generate(
     check_ids(input_ids, 0, "input_ids", values=False)
     mode = config.mode(assistant_model is not None)
     if assistant_model is not None:
-        _check_assisted(seq2seq, config, compile)
+        _check_assisted(seq2seq, config, compile, streamer)
+    if streamer is not None and mode == "beam_search":
+        raise ValueError("streamer hands over one token per row and step; it cannot be used with num_beams > 1 "
+                         "(as in transformers)")
+    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end",
+                                                                                                      None))):
+        raise TypeError(f"streamer must have put(ids) and end() (transformers' TextStreamer does), got "
+                        f"{type(streamer).__name__}")
+    stop = StopStrings(tokenizer, config.stop_strings) if config.stop_strings is not None else None
     if seq2seq:
         eos, pad, new_tokens = _seq2seq_ends(cfg, config, input_ids, attention_mask)
         attention_mask = None  # the padding is read from the ids
@@ -136,10 +186,15 @@ def generate(
                 starts = session.prefix[:: config.num_beams]  # (B, P) one per input
             else:
                 repeat = config.num_return_sequences if config.do_sample else 1  # each input drawn from n times
-                options = sampling_options(config.do_sample, config.temperature, config.top_k, config.top_p)
+                options = sampling_options(config.do_sample, config.temperature, config.top_k, config.top_p,
+                                           config.typical_p)
                 steps = tokens(session, input_ids, attention_mask, new_tokens,
                                lambda logits: pick(logits, generator=generator, **options), eos=eos,
-                               pad=pad, repeat=repeat, processing=processing, scores=scores, drawn=config.do_sample)
+                               pad=pad, repeat=repeat, processing=processing, scores=scores, drawn=config.do_sample,
+                               stop=stop)
+                if streamer is not None:
+                    streamer.put((torch.full((input_ids.size(0), 1), cfg.bos_id) if seq2seq else input_ids).cpu())
+                    steps = _streamed(steps, streamer)
                 new = generated(steps, eos, scores)
                 starts = session.prefix[::repeat]
     rows = new.size(0) // starts.size(0)  # n-best and draws: each input's rows together
@@ -154,15 +209,28 @@ def generate(
     return GenerateOutput(sequences, None if scores is None else tuple(scores), ranked)
 
 
-def sampling_options(do_sample: bool, temperature: float, top_k: int | None, top_p: float) -> dict[str, Any]:
+def sampling_options(do_sample: bool, temperature: float, top_k: int | None, top_p: float,
+                     typical_p: float = 1.0) -> dict[str, Any]:
     """``transformers``' sampling arguments as the samplers here take them (:func:`aiayn.decoding.sampling.pick`):
-    ``temperature`` 0 for greedy decoding, ``None`` for a top-k or top-p that keeps every token.
+    ``temperature`` 0 for greedy decoding, ``None`` for a top-k, top-p or typical_p that keeps every token.
 
     The values were checked by :func:`aiayn.decoding.settings.check` (every caller does it first).
     """
     if not do_sample:
-        return {"temperature": 0.0, "top_k": None, "top_p": None}
-    return {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None}
+        return {"temperature": 0.0, "top_k": None, "top_p": None, "typical_p": None}
+    return {"temperature": temperature, "top_k": top_k or None, "top_p": top_p if top_p < 1.0 else None,
+            "typical_p": typical_p if typical_p < 1.0 else None}
+
+
+def _streamed(steps: Iterator[Tensor], streamer: Any) -> Iterator[Tensor]:
+    """``steps``, each handed to ``streamer.put`` (on the CPU) as it is made, and ``streamer.end()`` after the last
+    (also when decoding fails, so a reader waiting on a ``TextIteratorStreamer`` is not left waiting)."""
+    try:
+        for token in steps:
+            streamer.put(token.cpu())
+            yield token
+    finally:
+        streamer.end()
 
 
 def _seq2seq_ends(cfg: Any, config: GenerationConfig, src: Tensor,
@@ -219,6 +287,7 @@ def _assisted(model: nn.Module, draft: Any, input_ids: Tensor, attention_mask: T
     real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     rows = [ids[keep].tolist() for ids, keep in zip(input_ids, real)]
     options = sampling_options(config.do_sample, config.temperature, config.top_k, config.top_p)
+    del options["typical_p"]  # (refused with a draft)
     made, _ = speculative(model, draft, rows, new_tokens, config.num_assistant_tokens, eos_id=eos,
                           generator=generator, **options)
     new = torch.full((len(rows), max(len(m) for m in made)), pad, dtype=torch.long, device=input_ids.device)
@@ -227,12 +296,14 @@ def _assisted(model: nn.Module, draft: Any, input_ids: Tensor, attention_mask: T
     return new
 
 
-def _check_assisted(seq2seq: bool, config: GenerationConfig, compile: bool) -> None:
+def _check_assisted(seq2seq: bool, config: GenerationConfig, compile: bool, streamer: Any) -> None:
     """Refuse, by name, what speculative decoding does not run with."""
     if seq2seq:
         raise ValueError("assistant_model drafts for a language model; an encoder-decoder decodes without one")
     processing = Processing(config.repetition_penalty, config.no_repeat_ngram_size, config.min_new_tokens or 0, ())
     for name, given in (("num_beams > 1", config.num_beams > 1), ("compile=True", compile),
+                        ("typical_p", config.typical_p < 1.0), ("stop_strings", config.stop_strings is not None),
+                        ("streamer", streamer is not None),
                         ("output_scores", config.output_scores and config.return_dict_in_generate),
                         ("repetition_penalty, no_repeat_ngram_size or min_new_tokens", processing.active)):
         if given:

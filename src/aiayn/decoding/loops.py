@@ -104,7 +104,8 @@ def greedy_choice(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 def tokens(session: Session, ids: Tensor, mask: Tensor | None, new_tokens: int, choose: Choose, *,
            eos: tuple[int, ...], pad: int, repeat: int = 1, processing: Processing | None = None,
-           scores: list[Tensor] | None = None, drawn: bool = False) -> Iterator[Tensor]:
+           scores: list[Tensor] | None = None, drawn: bool = False,
+           stop: Callable[[Tensor, Tensor | None], Tensor] | None = None) -> Iterator[Tensor]:
     """Yield every row's next token ``(B,)``, one step at a time, until ``new_tokens`` or every row has produced
     an end token (one of ``eos``); a row that has ended yields ``pad``.
 
@@ -118,6 +119,9 @@ def tokens(session: Session, ids: Tensor, mask: Tensor | None, new_tokens: int, 
             and the tokens made so far.
         scores: a list that receives each step's scores ``(B, V)`` (rows then stay in the session to the end).
         drawn: ``choose`` draws at random (rows then stay in the session to the end).
+        stop: ends rows as an end token does, the token kept (:class:`~aiayn.decoding.stopping.StopStrings`):
+            ``stop(seqs (A, L), real (A, L) or None) -> (A,) bool``, given each row's tokens so far; whether to
+            stop is then read back every step.
     """
     logits = session.prefill(ids, mask, new_tokens=new_tokens, repeat=repeat)  # (B, V)
     prefix = session.prefix  # (B, P)
@@ -133,7 +137,7 @@ def tokens(session: Session, ids: Tensor, mask: Tensor | None, new_tokens: int, 
     alive = torch.arange(b, device=device)  # (A,) the rows still decoding, among the B
     done = torch.zeros(b, dtype=torch.bool, device=device)  # (A,) those that have produced an end token
     leave = scores is None and not drawn
-    every = check_every(device)
+    every = 1 if stop is not None else check_every(device)  # (stop reads the rows back anyway)
     left = False  # whether any row has left
     nxt = out[:, 0]  # (A,) each row's last token (chosen below before it is fed)
     for step in range(new_tokens):
@@ -147,16 +151,18 @@ def tokens(session: Session, ids: Tensor, mask: Tensor | None, new_tokens: int, 
         chosen, nxt = choose(logits)  # (A, V), (A,)
         if scores is not None:
             scores.append(chosen)
-        if eos:
+        if eos or stop is not None:
             nxt = nxt.masked_fill(done, pad)  # a row that ended pads until it leaves
             done |= ends(nxt, eos)
         seqs[:, end] = nxt
+        if stop is not None:
+            done |= stop(seqs[:, : end + 1], None if real is None else real[:, : end + 1])
         if left:
             out[alive, step] = nxt
         else:
             out[:, step] = nxt
         yield out[:, step]
-        if not eos or (step + 1) % every or step + 1 == new_tokens or not bool(done.any()):  # the one read back
+        if not (eos or stop) or (step + 1) % every or step + 1 == new_tokens or not bool(done.any()):  # read back
             continue
         if not leave:
             if bool(done.all()):

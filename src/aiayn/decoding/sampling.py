@@ -57,9 +57,11 @@ def check_left_padded(attention_mask: Tensor | None) -> None:
         raise ValueError("attention_mask: every prompt needs at least one token (a row is all zeros)")
 
 
-def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
-    """Set to ``-inf`` every logit outside the ``top_k`` largest and outside the nucleus: the smallest
-    set of most likely tokens whose probabilities sum to at least ``top_p`` (Holtzman et al., 2020).
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None,
+                  typical_p: float | None = None) -> Tensor:
+    """Set to ``-inf`` every logit outside the ``top_k`` largest, outside the nucleus (the smallest set of most
+    likely tokens whose probabilities sum to at least ``top_p``, Holtzman et al., 2020) and outside the typical set
+    (``typical_p``, Meister et al., 2022), in that order, as ``transformers`` applies them.
 
     ``(B, V)`` -> ``(B, V)``; at least one token always survives.
     """
@@ -75,25 +77,48 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
         probs = sorted_logits.softmax(-1)
         outside = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
         logits = logits.masked_fill(outside.scatter(-1, order, outside), float("-inf"))
+    if typical_p is not None:
+        logits = typical(logits, typical_p)
     return logits
 
 
+def typical(logits: Tensor, mass: float) -> Tensor:
+    """Locally typical sampling's filter (Meister et al., 2022): keep the tokens whose information ``-log p`` is
+    closest to the distribution's entropy ``H``, fewest first, until their probabilities reach ``mass``; ``-inf``
+    for the rest. ``(B, V)`` -> ``(B, V)``, at least one token kept (``transformers``' ``TypicalLogitsWarper``).
+
+        H = -sum_v p_v log p_v,   distance_v = |-log p_v - H|
+        kept: the tokens sorted by distance, up to and including the first whose cumulative probability reaches mass
+    """
+    if not 0.0 < mass < 1.0:
+        raise ValueError(f"typical_p must be in (0, 1) to filter, got {mass}")
+    logp = logits.log_softmax(-1)  # (B, V)
+    entropy = -(logp * logp.exp()).nansum(-1, keepdim=True)  # (B, 1); -inf * 0 is nan, left out
+    distance, order = (-logp - entropy).abs().sort(-1)  # (B, V) nearest the entropy first
+    cumulative = logits.gather(-1, order).softmax(-1).cumsum(-1)
+    last = (cumulative < mass).sum(-1, keepdim=True).clamp(max=logits.size(-1) - 1)  # (B, 1) the last one kept
+    drop = distance > distance.gather(-1, last)  # (B, V) sorted; ties with the last are kept
+    drop[:, 0] = False
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+
 def pick(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-         generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+         generator: torch.Generator | None = None, typical_p: float | None = None) -> tuple[Tensor, Tensor]:
     """``(B, V)`` logits -> ``(scores (B, V), tokens (B,))``: the scores a token is drawn from (the logits divided
-    by ``temperature``, ``-inf`` outside top-k and top-p: what ``transformers`` calls the processed scores), and
-    the token drawn; ``temperature=0`` takes the most likely token, the scores being the logits as they are."""
+    by ``temperature``, ``-inf`` outside top-k, top-p and the typical set: what ``transformers`` calls the processed
+    scores), and the token drawn; ``temperature=0`` takes the most likely token, the scores being the logits as
+    they are."""
     check(temperature=temperature, top_k=top_k, top_p=top_p)
     if temperature == 0:
         return logits, logits.argmax(-1)
-    scores = filter_logits(logits.float() / temperature, top_k, top_p)
+    scores = filter_logits(logits.float() / temperature, top_k, top_p, typical_p)
     return scores, torch.multinomial(scores.softmax(-1), 1, generator=generator)[:, 0]
 
 
 def next_token(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-               generator: torch.Generator | None = None) -> Tensor:
+               generator: torch.Generator | None = None, typical_p: float | None = None) -> Tensor:
     """``(B, V)`` logits -> ``(B,)`` token ids; ``temperature=0`` takes the most likely token."""
-    return pick(logits, temperature, top_k, top_p, generator)[1]
+    return pick(logits, temperature, top_k, top_p, generator, typical_p)[1]
 
 
 def left_padded(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[Tensor, Tensor | None]:
