@@ -11,7 +11,10 @@ translation model) that times, in order: the compiled call (compile + decode), t
 only), and the eager call, each generating ``--new`` tokens for a batch of ``--batch``. The break-even is
 ``compile_s / (eager_s - compiled_s) * tokens``: the tokens of this shape a process must generate before
 ``compile=True`` has paid (in one process: the step is compiled once per batch shape and reused by every later call).
-Writes ``benchmarks/results/compile_time.json``.
+Each row also keeps what the process said on standard error when it compiled (``compile=True`` announces the
+compile and its time, and whether inductor's on-disk cache served the kernels). The machine (CPU, vector
+instructions, cores) and its load average before and after the run are recorded: compile times are CPU-bound and
+a busy machine stretches them. Writes ``benchmarks/results/compile_time.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from aiayn.benchmark.harness import machine
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -50,13 +56,14 @@ print(json.dumps({{"first_s": first, "compiled_s": again, "eager_s": eager}}))
 CASES = [("llama-tiny", 1, 1), ("llama-tiny", 16, 1), ("transformer-tiny", 16, 4)]  # preset, batch, beams
 
 
-def probe(preset: str, batch: int, beams: int, new: int, cache: str) -> dict[str, float]:
-    """One fresh process's timings, its inductor cache in ``cache``."""
+def probe(preset: str, batch: int, beams: int, new: int, cache: str) -> dict[str, Any]:
+    """One fresh process's timings, its inductor cache in ``cache``, and its compile announcements."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"}
     code = PROBE.format(preset=preset, batch=batch, new=new, beams=beams)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          timeout=900)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    said = [line for line in out.stderr.splitlines() if line.startswith("aiayn: compiled")]
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "said": said}
 
 
 def main() -> None:
@@ -65,6 +72,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="16 new tokens; results into a temporary folder")
     args = parser.parse_args()
     new = 16 if args.quick else args.new
+    load_before = os.getloadavg()
     rows = []
     for preset, batch, beams in CASES:
         with tempfile.TemporaryDirectory() as cache:
@@ -75,15 +83,18 @@ def main() -> None:
                "compile_cold_s": round(cold["first_s"] - cold["compiled_s"], 2),
                "compile_warm_s": round(warm["first_s"] - warm["compiled_s"], 2),
                "eager_s": round(cold["eager_s"], 4), "compiled_s": round(cold["compiled_s"], 4),
-               "speedup": round(cold["eager_s"] / cold["compiled_s"], 2)}
+               "speedup": round(cold["eager_s"] / cold["compiled_s"], 2),
+               "said_cold": cold["said"], "said_warm": warm["said"]}
         for kind in ("cold", "warm"):  # tokens of this shape before the compile has paid
             row[f"break_even_tokens_{kind}"] = (round(row[f"compile_{kind}_s"] / saved * tokens) if saved > 0
                                                 else None)
         print(json.dumps(row))
         rows.append(row)
     out = Path(tempfile.mkdtemp()) if args.quick else RESULTS
-    (out / "compile_time.json").write_text(json.dumps({"what": __doc__.split("\n\n")[0], "rows": rows}, indent=1)
-                                           + "\n")
+    load = {"load_average_1_5_15_before": [round(x, 2) for x in load_before],
+            "load_average_1_5_15_after": [round(x, 2) for x in os.getloadavg()]}
+    result = {"what": __doc__.split("\n\n")[0], "machine": machine(), **load, "rows": rows}
+    (out / "compile_time.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out / 'compile_time.json'}")
 
 

@@ -494,8 +494,13 @@ def test_ct2_interference_quick_times_each_work_before_and_after_ctranslate2(tmp
 def test_compile_time_quick(tmp_path):
     out = run_script("compile_time", "--quick", cwd=tmp_path, timeout=900)
     [path] = tmp_path.glob("*/compile_time.json")  # TMPDIR is tmp_path: not the repo's
-    rows = json.loads(path.read_text())["rows"]
+    result = json.loads(path.read_text())
+    rows = result["rows"]
     assert len(rows) == 3 and all(r["compile_cold_s"] > 0 and r["compiled_s"] > 0 for r in rows) and "wrote" in out
+    # the second process says its kernels came from the first's on-disk cache; the first does not
+    assert all(r["said_cold"] and not any("on-disk cache" in s for s in r["said_cold"]) for r in rows)
+    assert all(r["said_warm"] and all("on-disk cache" in s for s in r["said_warm"]) for r in rows)
+    assert result["machine"]["cpu_capability"] and len(result["load_average_1_5_15_before"]) == 3
 
 
 @pytest.mark.parametrize("mode", [[], ["--compile", "--rounds", "2"]], ids=["sweeps", "compile"])

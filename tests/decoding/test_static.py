@@ -100,22 +100,32 @@ def test_encoder_decoder_steps_and_reordered_rows_equal_the_growing_cache(preset
                                                      [4, 4, 4, 5, 5]]
 
 
-def test_compiled_generation_gives_the_eager_tokens_and_compiles_once():
+def test_compiled_generation_gives_the_eager_tokens_and_compiles_once_saying_so(monkeypatch, capfd):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
+    monkeypatch.setattr(session_module, "_compiled", {})  # a process that has compiled nothing yet
 
     gpt = model("llama-tiny")
     eager = gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=8, do_sample=False)
+    capfd.readouterr()
     compiled = gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=8, do_sample=False, compile=True)
     assert torch.equal(compiled, eager)
+    said = capfd.readouterr().err.splitlines()
+    # the wait said before it starts, then its length (no cache hit: dynamo was reset, inductor's cache may hold it)
+    assert said[0].startswith("aiayn: compiling the decode step of gpt (torch.compile")
+    assert said[1].startswith("aiayn: compiled the decode step of gpt for batch 3 in ") and len(said) == 2
     graphs = counters["stats"]["unique_graphs"]
     assert graphs >= 1 and not counters["graph_break"], dict(counters["graph_break"])  # one whole step
     draws = [gpt.generate(PROMPTS, attention_mask=MASK, max_new_tokens=8, do_sample=True, top_k=10,
                           generator=torch.Generator().manual_seed(7), compile=flag) for flag in (False, True)]
     assert torch.equal(draws[1], draws[0])
     assert counters["stats"]["unique_graphs"] == graphs  # the same shapes: nothing compiled again
+    assert capfd.readouterr().err == ""  # and nothing said
+    monkeypatch.setattr(session_module, "ANNOUNCE", False)
+    gpt.generate(PROMPTS[:2], attention_mask=MASK[:2], max_new_tokens=3, compile=True)  # a new batch size: compiled
+    assert counters["stats"]["unique_graphs"] > graphs and capfd.readouterr().err == ""  # silenced
 
 
 def test_a_compiled_step_attends_over_the_filled_columns_and_compiles_once_for_every_width(monkeypatch):

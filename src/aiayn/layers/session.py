@@ -22,6 +22,8 @@ Shapes: B rows of the buffers, A rows decoding (<= B), L columns (the prompt and
 from __future__ import annotations
 
 import abc
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -107,14 +109,51 @@ def bucket(filled: int, length: int) -> int:
 
 _compiled: dict[tuple[str, str, str], Any] = {}  # torch.compile of a step, by step and device type: once per process
 
+ANNOUNCE = True  # compile=True says on standard error when it compiles a decode step, and how long it took
+
+
+class Announced:
+    """A compiled step that says when a call compiles it, and how long that took: the first call says it is
+    compiling before it starts (the wait is tens of seconds on a laptop CPU), and any call that compiled a graph
+    (the first; a new batch size) says after it how long it took and whether inductor's on-disk cache served it
+    (a second process reuses the first's kernels). Whether a call compiled is read from dynamo's graph counter;
+    :data:`ANNOUNCE` ``= False`` silences it."""
+
+    def __init__(self, compiled: Callable[..., Tensor], name: str) -> None:
+        self.compiled, self.name, self.calls = compiled, name, 0
+
+    def __call__(self, *args: Any) -> Tensor:
+        from torch._dynamo.utils import counters
+
+        graphs, hits = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_hit"]
+        if self.calls == 0:
+            _say(f"aiayn: compiling the decode step of {self.name} (torch.compile; the first call of each batch "
+                 f"size waits for it)")
+        self.calls += 1
+        start = time.perf_counter()
+        out = self.compiled(*args)
+        if counters["stats"]["unique_graphs"] > graphs:
+            cached = counters["inductor"]["fxgraph_cache_hit"] > hits
+            _say(f"aiayn: compiled the decode step of {self.name} for batch {args[2].size(0)} in "
+                 f"{time.perf_counter() - start:.1f} s" + (" (kernels from inductor's on-disk cache)" if cached
+                                                           else ""))
+        return out
+
+
+def _say(line: str) -> None:
+    if ANNOUNCE:
+        print(line, file=sys.stderr, flush=True)
+
 
 def compiled_step(device: torch.device, step: Callable[..., Tensor]) -> Any:
     """``torch.compile(step)`` for ``device``: inductor's default mode on a CPU (its defaults: small kernels kept on
-    one thread measured 0.97-1.03x, ``benchmarks/results/compiled_step_min_chunk.json``), CUDA graphs on a GPU."""
+    one thread measured 0.97-1.03x, ``benchmarks/results/compiled_step_min_chunk.json``), CUDA graphs on a GPU;
+    :class:`Announced`, so the user sees the wait."""
     key = (step.__module__, step.__qualname__, device.type)
     if key not in _compiled:
         mode = "reduce-overhead" if device.type == "cuda" else None
-        _compiled[key] = torch.compile(step, mode=mode, dynamic=False)
+        _compiled[key] = Announced(torch.compile(step, mode=mode, dynamic=False),
+                                   step.__module__.removeprefix("aiayn.models.").split(".")[0])
     return _compiled[key]
 
 
