@@ -2,6 +2,7 @@
 README gives the same set-up commands as the English one."""
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -64,3 +65,28 @@ def test_the_quickstart_notebook_runs_every_cell_headless(monkeypatch):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "greedy" in text and "torch.Size([3, 384])" in text and "GPT2LMHeadModel" in text
     assert any(o.output_type == "display_data" and "image/png" in o.data for o in outputs)  # the attention picture
+
+
+def test_the_coming_from_transformers_block_runs_as_it_stands(tmp_path):
+    """The README's first ten minutes of a transformers user: train, export, load in transformers, serve, chat with
+    the openai client; run by bash as written, with 20 updates and a free port instead of 300 and 8000."""
+    import shutil
+    import socket
+
+    for need in ("curl", "bash"):
+        if shutil.which(need) is None:
+            pytest.skip(f"needs {need}")
+    for module in ("transformers", "openai", "uvicorn", "starlette"):
+        pytest.importorskip(module)
+    block = re.search(r"<!-- readme:transformers -->\n```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = block.replace("--steps 300", "--steps 20").replace("8000", str(port))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(["bash", "-ec", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=env, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert any(line.startswith("march 5th, 2019 =") for line in lines)  # transformers' generate, decoded
+    assert lines[-1].startswith("'") and float(lines[-1].rsplit(" ", 1)[1]) <= 0  # the reply and a log-probability

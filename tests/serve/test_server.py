@@ -129,7 +129,8 @@ BAD = [  # body, status, the field named
     ({"prompt": "a", "temperature": "hot"}, 400, "temperature"),
     ({"prompt": "a", "top_p": 0}, 400, "top_p"),
     ({"prompt": "a", "stop": 3}, 400, "stop"),
-    ({"prompt": "a", "n": 2}, 400, "n"),
+    ({"prompt": "a", "n": 17}, 400, "n"),  # more continuations than MOST_N
+    ({"prompt": "a", "logit_bias": {"3": 5}}, 400, "logit_bias"),
     ({"prompt": "a", "stream": "yes"}, 400, "stream"),
     ({"prompt": "a", "frobnicate": 1}, 400, "frobnicate"),
     ({"prompt": "a", "model": "gpt-4"}, 404, "model"),

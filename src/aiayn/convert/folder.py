@@ -5,6 +5,7 @@
 
     FOLDER/config.json + model.safetensors (or pytorch_model.bin) [+ tokenizer.json]
       -> OUT/model.safetensors (weights + config) [+ tokenizer.json]
+    FOLDER/chat_template.jinja or tokenizer_config.json's chat_template -> OUT/chat_template.jinja
     a Marian's  FOLDER/source.spm, target.spm, vocab.json [, target_vocab.json, tokenizer_config.json]
       -> OUT/source.spm, target.spm, vocab.json [, target_vocab.json]
          + src_tokenizer.json, tgt_tokenizer.json ({"type": "sentencepiece", ...}: which files, which specials)
@@ -25,6 +26,8 @@ Face folder, written into a temporary folder first, with the same tokenizer file
     RUN/source.spm, target.spm, vocab.json -> the same (a converted Marian: MarianTokenizer reads them)
     RUN/classes.json           -> config.json's id2label / label2id     (textclass)
     RUN/run.json               -> OUT/README.md, a model card: data, updates, scores, how to load it
+    RUN/chat_template.jinja    -> tokenizer_config.json's chat_template (a language model's; a run aiayn trained
+                                  gets aiayn.data.chat.DEFAULT_CHAT_TEMPLATE, the one aiayn serve uses)
 
 Both write into a temporary folder beside ``OUT`` and rename it into place once everything is written, so a
 failure leaves nothing half-written; an ``OUT`` that already holds files is refused unless ``force=True``
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING
 from aiayn.convert import CONVERTERS, from_hf, hf_folder
 from aiayn.convert.common import read_config
 from aiayn.convert.to_hf import to_hf
+from aiayn.data.chat import TEMPLATE_FILE, chat_template, own_template
 from aiayn.io import read_json, write_json, write_text
 from aiayn.models import checkpoint
 
@@ -102,7 +106,16 @@ def convert(folder: str | os.PathLike, out: str | os.PathLike, kind: str = "hf",
                 shutil.copyfile(folder / kept, tmp / kept)
         for tok, name in zip(spm, ("src_tokenizer.json", "tgt_tokenizer.json")):  # as a translation run keeps them
             tok.save(tmp / name)
+        if (template := _own_chat_template(folder)) is not None:  # what aiayn serve's chat lays messages out with
+            write_text(tmp / TEMPLATE_FILE, template)
     return out
+
+
+def _own_chat_template(folder: Path) -> str | None:
+    """The chat template a Hugging Face folder holds (its ``chat_template.jinja`` or its tokenizer config's)."""
+    if (folder / TEMPLATE_FILE).is_file():
+        return (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
+    return own_template(folder)
 
 
 def _check_tokenizer(path: Path) -> None:
@@ -273,6 +286,9 @@ def add_run_files(model: nn.Module, folder: Path, out: Path) -> None:
     """Beside ``model``'s Hugging Face weights in ``out``: the run ``folder``'s tokenizer files, a text classifier's
     class names (into ``config.json``) and a model card from its ``run.json``."""
     tokenizers = _copy_tokenizers(folder, out, left=_generates(model))
+    if _generates(model) and "tokenizer_config.json" in tokenizers:  # the chat template aiayn serve uses, so
+        config = read_json(out / "tokenizer_config.json", "a tokenizer config")  # apply_chat_template lays out
+        write_json(out / "tokenizer_config.json", {**config, "chat_template": chat_template(folder)})  # the same
     if (folder / "classes.json").is_file():  # a textclass run's class names
         classes = read_json(folder / "classes.json", "a list of class names", list)
         config = json.loads((out / "config.json").read_text())

@@ -2,6 +2,8 @@
 
     GET  /health /metrics /v1/models                      always
     POST /v1/completions      (stream: server-sent events)  a language model (continuous batching)
+    POST /v1/chat/completions (stream: server-sent events)  the same model, the messages laid out by its chat
+                                                            template (aiayn.data.chat)
     POST /v1/embeddings                                     a BERT (micro-batching)
     POST /v1/translations                                   a translation run
     POST /v1/classifications                                a text or an image classifier
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -34,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from aiayn.data.chat import chat_template, render_chat, special_tokens
 from aiayn.decoding.config import GenerationConfig
 from aiayn.decoding.settings import SettingError, check_beams
 from aiayn.defaults import MAX_WAIT_MS, SERVING
@@ -42,9 +46,10 @@ from aiayn.pipelines.lm import Text, prompt_ids
 from aiayn.serve import images, schema
 from aiayn.serve.batching import Job, MicroBatcher, Worker
 from aiayn.serve.errors import ApiError, bad, busy
-from aiayn.serve.generation import ContinuousBatcher, Event, Row
+from aiayn.serve.generation import ContinuousBatcher, Event, Row, prompt_logprobs
 from aiayn.serve.metrics import Metrics
 
+CHAT = "/v1/chat/completions"
 ENDPOINTS = {"generate": "/v1/completions", "embed": "/v1/embeddings", "translate": "/v1/translations",
              "classify": "/v1/classifications", "detect": "/v1/detections"}
 
@@ -114,6 +119,8 @@ def make_app(pipe: Pipeline, settings: Settings | None = None) -> Starlette:
     path = ENDPOINTS[server.method]
     routes.append(Route(path, server.endpoint(path, server.handler()),
                         methods=["POST"]))
+    if server.method == "generate":
+        routes.append(Route(CHAT, server.endpoint(CHAT, server.chat_completions), methods=["POST"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -141,6 +148,7 @@ class _Server:
         if settings.max_len is not None and model_len is not None and settings.max_len > model_len:
             raise ValueError(f"max_len={settings.max_len} is more than the model's {model_len} positions")
         self.max_len = settings.max_len or model_len
+        self.chat_template = chat_template(pipe.source) if self.method == "generate" else None
         self.worker = self._worker()
 
     # ---- the worker of the task --------------------------------------------------------------------------------
@@ -242,16 +250,27 @@ class _Server:
                                                           "created": self.created, "owned_by": "aiayn",
                                                           "task": self.pipe.task}]})
 
-    # ---- POST /v1/completions ------------------------------------------------------------------------------
+    # ---- POST /v1/completions and /v1/chat/completions ----------------------------------------------------------
 
     async def completions(self, request: Request, body: dict[str, Any]) -> Response:
-        req = schema.completion(body, self.settings.max_inputs)
+        return await self._complete(request, schema.completion(body, self.settings.max_inputs), body, chat=False)
+
+    async def chat_completions(self, request: Request, body: dict[str, Any]) -> Response:
+        req = schema.chat(body, self.settings.max_inputs)
+        specials = special_tokens(self.pipe.parts["tok"])
+        try:
+            prompt = render_chat(self.chat_template or "", req.messages or [], add_generation_prompt=True, **specials)
+        except ValueError as e:
+            raise bad("messages", str(e)) from None
+        return await self._complete(request, dataclasses.replace(req, prompts=[prompt]), body, chat=True)
+
+    async def _complete(self, request: Request, req: schema.Completion, body: dict[str, Any], chat: bool) -> Response:
         name = schema.model_name(body, self.settings.name)
         tok, most = self.pipe.parts["tok"], self.max_len
         assert most is not None  # a language model has its positions' number
         encoded = []
         for i, prompt in enumerate(req.prompts):
-            field = "prompt" if len(req.prompts) == 1 else f"prompt[{i}]"
+            field = "messages" if chat else "prompt" if len(req.prompts) == 1 else f"prompt[{i}]"
             try:  # the pipeline's check, in the server's names
                 encoded.append(prompt_ids(tok, prompt, most, req.max_tokens, field=field, reader="the server"))
             except SettingError as e:
@@ -262,52 +281,69 @@ class _Server:
                                   temperature=req.temperature if req.temperature > 0 else 1.0, top_k=req.top_k,
                                   top_p=req.top_p)  # the request's settings, once (checked by the schema)
         rows = [Row(prompt=ids, config=config,
-                    generator=None if req.seed is None else torch.Generator(device).manual_seed(req.seed),
-                    text=Text(tok, req.stop), send=partial(_post, loop, events, i))
-                for i, ids in enumerate(encoded)]
+                    generator=None if req.seed is None else torch.Generator(device).manual_seed(req.seed + j),
+                    text=Text(tok, req.stop), send=partial(_post, loop, events, i * req.n + j),
+                    logprobs=req.logprobs, presence_penalty=req.presence_penalty,
+                    frequency_penalty=req.frequency_penalty)
+                for i, ids in enumerate(encoded) for j in range(req.n)]  # choice i * n + j: prompt i's j-th
+        echoed = {}
+        if req.echo:  # the prompt before each of its continuations (and its tokens' log-probabilities)
+            for i, ids in enumerate(encoded):
+                lp = (await asyncio.to_thread(prompt_logprobs, self.pipe.model, ids, req.logprobs)
+                      if req.logprobs is not None else [])
+                echoed[i] = (req.prompts[i], lp)
         if not self.worker.submit(rows):  # type: ignore[attr-defined]
             raise busy()
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": name}
+        answer = _Answer(tok, chat, req, name, {i * req.n + j: e for i, e in echoed.items() for j in range(req.n)},
+                         sum(len(ids) for ids in encoded))
         if req.stream:
-            return _Stream(self._stream(request, events, rows, head, req.include_usage),
+            return _Stream(self._stream(request, events, rows, answer, req.include_usage, CHAT if chat else
+                                        "/v1/completions"),
                            media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        texts, reasons = [""] * len(rows), [""] * len(rows)
+        texts, marks = [""] * len(rows), [[] for _ in rows]  # type: list[str], list[list[Any]]
+        reasons = [""] * len(rows)
+        for i, (text, lp) in answer.echoed.items():
+            texts[i], marks[i] = text, list(lp)
         async with contextlib.aclosing(_events(request, events, rows)) as each:
             async for i, (kind, value) in each:
                 if kind == "piece":
-                    texts[i] += value
+                    texts[i] += value[0]
+                    marks[i] += value[1]
                 elif kind == "done":
                     reasons[i] = value
                 else:
                     raise value
-        choices = [{"text": t, "index": i, "logprobs": None, "finish_reason": r}
-                   for i, (t, r) in enumerate(zip(texts, reasons))]
-        return JSONResponse({**head, "choices": choices, "usage": _usage(rows)})
+        choices = [answer.choice(i, t, marks[i], r) for i, (t, r) in enumerate(zip(texts, reasons))]
+        return JSONResponse({**answer.head(), "choices": choices, "usage": answer.usage(rows)})
 
-    async def _stream(self, request: Request, events: asyncio.Queue, rows: list[Row], head: dict[str, Any],
-                      include_usage: bool) -> AsyncIterator[str]:
-        """Server-sent events as OpenAI sends them: a chunk per piece of text, one with each row's
-        ``finish_reason``, the usage when asked for, then ``[DONE]``."""
+    async def _stream(self, request: Request, events: asyncio.Queue, rows: list[Row], answer: _Answer,
+                      include_usage: bool, path: str) -> AsyncIterator[str]:
+        """Server-sent events as OpenAI sends them: a chunk per piece of text (a chat's first says the role), one
+        with each row's ``finish_reason``, the usage when asked for, then ``[DONE]``."""
         start, status = time.perf_counter(), 499  # until the end is sent: the client went away
+        head = answer.head(chunk=True)
         try:
+            for i in range(len(rows)):  # a chat's role first, a completion's echoed prompt
+                if answer.chat:
+                    yield _sse({**head, "choices": [answer.delta(i, {"role": "assistant", "content": ""})]})
+                elif i in answer.echoed:
+                    yield _sse({**head, "choices": [answer.piece(i, *answer.echoed[i])]})
             async with contextlib.aclosing(_events(request, events, rows)) as each:
                 async for i, (kind, value) in each:
                     if kind == "error":
                         status = 500
                         yield _sse(ApiError(500, f"{type(value).__name__}: {value}").body())
                         return
-                    choice = {"text": value if kind == "piece" else "", "index": i, "logprobs": None,
-                              "finish_reason": value if kind == "done" else None}
+                    choice = answer.piece(i, *value) if kind == "piece" else answer.end(i, value)
                     yield _sse({**head, "choices": [choice]})
             if include_usage:
-                yield _sse({**head, "choices": [], "usage": _usage(rows)})
+                yield _sse({**head, "choices": [], "usage": answer.usage(rows)})
             yield "data: [DONE]\n\n"
             status = 200
         except _Gone:
             pass
         finally:
-            self.metrics.request("/v1/completions", status, time.perf_counter() - start)
+            self.metrics.request(path, status, time.perf_counter() - start)
 
     # ---- POST: micro-batched tasks ------------------------------------------------------------------------------
 
@@ -405,6 +441,74 @@ class _Server:
         return JSONResponse({"object": "list", "data": data, "model": name})
 
 
+# ---- the OpenAI shapes of an answer ------------------------------------------------------------------------------
+
+
+class _Answer:
+    """How one completion or chat request's answer is laid out, as OpenAI's API reference gives it: the head of
+    every body or chunk, a choice (``text`` or ``message``), a chunk's piece (``text`` or ``delta``), and the
+    log-probabilities (a completion's ``tokens``/``token_logprobs``/``top_logprobs``/``text_offset``; a chat's
+    ``content`` entries with ``token``, ``logprob``, ``bytes`` and ``top_logprobs``)."""
+
+    def __init__(self, tok: Any, chat: bool, req: schema.Completion, name: str,
+                 echoed: dict[int, tuple[str, list[Any]]], prompt_tokens: int) -> None:
+        self.tok, self.chat, self.req, self.name, self.echoed = tok, chat, req, name, echoed
+        self.prompt_tokens = prompt_tokens
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.offsets = [0] * (len(req.prompts) * req.n)  # each choice's text so far, for text_offset
+
+    def head(self, chunk: bool = False) -> dict[str, Any]:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.name}
+
+    def choice(self, i: int, text: str, marks: list[Any], reason: str) -> dict[str, Any]:
+        """Choice ``i`` of a whole answer."""
+        self.offsets[i] = 0
+        if self.chat:
+            return {"index": i, "message": {"role": "assistant", "content": text}, "logprobs": self._logprobs(i, marks),
+                    "finish_reason": reason}
+        return {"text": text, "index": i, "logprobs": self._logprobs(i, marks), "finish_reason": reason}
+
+    def piece(self, i: int, text: str, marks: list[Any]) -> dict[str, Any]:
+        """A streamed chunk's choice: ``text`` (and its tokens' log-probabilities)."""
+        if self.chat:
+            return self.delta(i, {"content": text}, marks)
+        return {"text": text, "index": i, "logprobs": self._logprobs(i, marks), "finish_reason": None}
+
+    def delta(self, i: int, delta: dict[str, Any], marks: list[Any] | None = None) -> dict[str, Any]:
+        return {"index": i, "delta": delta, "logprobs": self._logprobs(i, marks or []) if marks else None,
+                "finish_reason": None}
+
+    def end(self, i: int, reason: str) -> dict[str, Any]:
+        if self.chat:
+            return {"index": i, "delta": {}, "logprobs": None, "finish_reason": reason}
+        return {"text": "", "index": i, "logprobs": None, "finish_reason": reason}
+
+    def usage(self, rows: list[Row]) -> dict[str, int]:
+        made = sum(r.steps for r in rows)  # (the prompt counted once, whatever n)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": made,
+                "total_tokens": self.prompt_tokens + made}
+
+    def _logprobs(self, i: int, marks: list[Any]) -> Any:
+        if self.req.logprobs is None:
+            return None
+        name = lambda t: self.tok.decode([t])  # noqa: E731  (a token's own text)
+        if self.chat:
+            return {"content": [{"token": name(t), "logprob": lp, "bytes": list(name(t).encode()),
+                                 "top_logprobs": [{"token": name(a), "logprob": alp, "bytes": list(name(a).encode())}
+                                                  for a, alp in top]} for t, lp, top in marks],
+                    "refusal": None}
+        tokens, offsets = [], []
+        for token, _, _ in marks:
+            offsets.append(self.offsets[i])
+            tokens.append(name(token))
+            self.offsets[i] += len(tokens[-1])
+        return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in marks],
+                "top_logprobs": [None if lp is None else {name(a): alp for a, alp in top} for _, lp, top in marks],
+                "text_offset": offsets}
+
+
 # ---- the event loop's side of the worker's hand-offs -------------------------------------------------------------
 
 
@@ -451,11 +555,6 @@ async def _events(request: Request, events: asyncio.Queue, rows: list[Row]
         for r in rows:
             if not r.done:
                 r.cancelled = True
-
-
-def _usage(rows: list[Row]) -> dict[str, int]:
-    prompt, made = sum(len(r.prompt) for r in rows), sum(r.steps for r in rows)
-    return {"prompt_tokens": prompt, "completion_tokens": made, "total_tokens": prompt + made}
 
 
 def _sse(obj: dict[str, Any]) -> str:

@@ -12,7 +12,11 @@ column, a row that leaves frees its slot, free slots are computed and not read).
 A joining row is prefilled with the others that join with it, its first token chosen from that pass. Each row
 chooses its own token from the step's logits: greedy rows by argmax, sampling rows with their own temperature,
 top-k, top-p and seeded generator (:func:`aiayn.decoding.sampling.next_token`), so greedy rows give what
-``pipeline.generate(..., do_sample=False)`` gives one by one.
+``pipeline.generate(..., do_sample=False)`` gives one by one. Before it chooses, a row with OpenAI's presence and
+frequency penalties lowers the logit of each token it has made (``logit - count * frequency - (count > 0) *
+presence``, counting the completion's tokens, not the prompt's); a row that reports log-probabilities records the
+chosen token's and its ``logprobs`` most likely alternatives', from the model's own distribution (the log-softmax of
+the logits before any penalty, temperature or filter, as vLLM reports them by default).
 
 Shapes: B rows, V vocabulary.
 """
@@ -20,7 +24,7 @@ Shapes: B rows, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,7 +38,9 @@ from aiayn.pipelines.lm import Text
 from aiayn.serve.batching import Worker
 from aiayn.serve.metrics import Metrics
 
-Event = tuple[str, Any]  # ("piece", text), ("done", finish_reason), ("error", exception)
+Event = tuple[str, Any]  # ("piece", (text, [Logprob])), ("done", finish_reason), ("error", exception)
+# a token, its log-probability (None: the first of a prompt, which nothing predicts), the likeliest (token, logprob)
+Logprob = tuple[int, float | None, list[tuple[int, float]]]
 
 
 @dataclass(eq=False)
@@ -48,7 +54,10 @@ class Row:
             ``temperature``, ``top_k`` and ``top_p``), built once from the request.
         generator: seeded, or ``None``: torch's global one (sampling).
         text: its :class:`~aiayn.pipelines.lm.Text` (the tokenizer and the stop strings).
-        send: called on the worker thread with each :data:`Event` of this row.
+        send: called on the worker thread with each :data:`Event` of this row; a piece of text comes with the
+            :data:`Logprob` of each token it took (when ``logprobs`` is set).
+        logprobs: record each token's log-probability and this many likeliest alternatives (``None``: none).
+        presence_penalty, frequency_penalty: OpenAI's, in [-2, 2] (0: none).
     """
 
     prompt: list[int]
@@ -56,6 +65,11 @@ class Row:
     generator: torch.Generator | None
     text: Text
     send: Callable[[Event], None]
+    logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    counts: dict[int, int] = field(default_factory=dict)  # each token made so far: how often
+    pending: list[Logprob] = field(default_factory=list)  # the log-probabilities of tokens not yet sent as text
     steps: int = 0  # tokens chosen for it, the end token included
     last: int = 0  # the token chosen at the last step, fed to the model at the next one
     finish: str | None = None  # "stop" or "length" once done
@@ -80,24 +94,36 @@ class Row:
         """Steps it may still take."""
         return self.budget - self.steps
 
-    def take(self, token: int, ends: set[int]) -> None:
-        """The token chosen for it: an end token finishes it, else its text grows (a stop string finishes it)."""
+    @property
+    def penalized(self) -> bool:
+        return bool(self.counts) and (self.presence_penalty != 0 or self.frequency_penalty != 0)
+
+    def take(self, token: int, ends: set[int], logprob: Logprob | None = None) -> None:
+        """The token chosen for it (and its log-probabilities): an end token finishes it, else its text grows (a
+        stop string finishes it)."""
         self.steps += 1
         if token in ends:
             return self._end("stop")
         self.last = token
+        self.counts[token] = self.counts.get(token, 0) + 1
+        if logprob is not None:
+            self.pending.append(logprob)
         piece = self.text.add(token)
         if piece:
-            self.send(("piece", piece))
+            self._send(piece)
         if self.text.stopped:
             self._end("stop")
         elif self.steps >= self.budget:
             self._end("length")
 
+    def _send(self, piece: str) -> None:
+        self.send(("piece", (piece, self.pending)))
+        self.pending = []
+
     def _end(self, reason: str) -> None:
         rest = self.text.rest()
-        if rest:
-            self.send(("piece", rest))
+        if rest or (self.pending and not self.text.stopped):  # (the tokens of a stop string are not reported)
+            self._send(rest)
         self.finish = reason
         self.send(("done", reason))
 
@@ -151,15 +177,24 @@ class Batch:
         self.metrics.batched(len(self.rows))
 
     def _choose(self, logits: Tensor, rows: list[Row]) -> None:
-        """Each row's token from its row of ``logits`` (B, V): argmax for greedy rows, drawn for the others; a row
-        that ends leaves its slot."""
+        """Each row's token from its row of ``logits`` (B, V): argmax for greedy rows, drawn for the others, after
+        its penalties; with its log-probabilities where asked. A row that ends leaves its slot."""
+        logp = logits.float().log_softmax(-1) if any(r.logprobs is not None for r in rows) else None  # (B, V)
+        if any(r.penalized for r in rows):
+            logits = logits.clone()
+            for i, r in enumerate(rows):
+                if r.penalized:
+                    made = torch.tensor(list(r.counts), device=logits.device)
+                    counts = torch.tensor(list(r.counts.values()), dtype=logits.dtype, device=logits.device)
+                    logits[i, made] -= counts * r.frequency_penalty + r.presence_penalty
         tokens = logits.argmax(-1)  # (B,)
         for i, r in enumerate(rows):
             if r.config.do_sample:
                 options = sampling_options(True, r.config.temperature, r.config.top_k, r.config.top_p)
                 tokens[i] = next_token(logits[i : i + 1], generator=r.generator, **options)[0]
-        for r, token in zip(rows, tokens.tolist()):
-            r.take(token, self.ends)
+        for i, (r, token) in enumerate(zip(rows, tokens.tolist())):
+            r.take(token, self.ends, None if logp is None or r.logprobs is None else _logprob(logp[i], token,
+                                                                                            r.logprobs))
             if r.done:
                 self.metrics.count_tokens(completion=r.steps)
                 self.session.leave(self.slot.pop(r))
@@ -173,6 +208,23 @@ class Batch:
         for slot in self.slot.values():
             self.session.leave(slot)
         self.rows, self.slot = [], {}
+
+
+def _logprob(logp: Tensor, token: int, top: int) -> Logprob:
+    """``token``'s log-probability in ``logp`` ``(V,)`` and the ``top`` likeliest tokens'."""
+    best = logp.topk(top) if top else None
+    pairs = [] if best is None else list(zip(best.indices.tolist(), best.values.tolist()))
+    return token, float(logp[token]), pairs
+
+
+def prompt_logprobs(model: Any, prompt: list[int], top: int) -> list[Logprob]:
+    """The log-probability of each token of ``prompt`` given those before it, with the ``top`` likeliest
+    alternatives (OpenAI's ``echo`` with ``logprobs``): ``None`` for the first, which nothing predicts. One
+    forward pass over the prompt, on the caller's thread (reading the weights only, beside the worker's steps)."""
+    ids = torch.tensor([prompt], device=next(model.parameters()).device)
+    with torch.no_grad():
+        logp = model(ids)[0].float().log_softmax(-1)  # (T, V)
+    return [(prompt[0], None, []), *(_logprob(logp[t - 1], prompt[t], top) for t in range(1, len(prompt)))]
 
 
 class ContinuousBatcher(Worker):
@@ -228,4 +280,4 @@ class ContinuousBatcher(Worker):
             self.metrics.gauges(len(self.waiting), batch.active)
 
 
-__all__ = ["Batch", "ContinuousBatcher", "Event", "Row"]
+__all__ = ["Batch", "ContinuousBatcher", "Event", "Logprob", "Row", "prompt_logprobs"]

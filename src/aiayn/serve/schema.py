@@ -2,8 +2,13 @@
 (:func:`aiayn.serve.errors.bad`), a field the server does not know is refused by name, as OpenAI's API does.
 
 The completion fields are OpenAI's (``/v1/completions``) with its defaults: 16 new tokens at temperature 1;
-``temperature: 0`` is greedy decoding. ``top_k`` is an extension (0 or absent: every token). The other
-endpoints take ``input`` (a string or a list of them) as ``/v1/embeddings`` does, and their own knobs.
+``temperature: 0`` is greedy decoding. ``top_k`` is an extension (0 or absent: every token). ``n`` continuations
+of each prompt (with ``seed``, continuation ``j`` draws from a generator seeded ``seed + j``), ``logprobs`` (0 to
+5 alternatives), ``echo``, ``presence_penalty`` and ``frequency_penalty`` ([-2, 2]). ``/v1/chat/completions``
+takes ``messages`` instead of ``prompt``, ``logprobs`` as a flag with ``top_logprobs`` (0 to 20) and
+``max_completion_tokens`` beside ``max_tokens``. ``logit_bias``, ``best_of``, ``suffix``, ``tools`` and a
+``response_format`` other than text are refused by name. The other endpoints take ``input`` (a string or a list
+of them) as ``/v1/embeddings`` does, and their own knobs.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from aiayn.serve.errors import ApiError, bad
 FIELDS = {"max_new_tokens": "max_tokens", "num_beams": "beam"}
 
 # OpenAI fields we accept only at the value that changes nothing (anything else is refused by name)
-NEUTRAL: dict[str, Any] = {"n": 1, "best_of": 1, "echo": False, "logprobs": None, "suffix": None,
-                           "presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None}
+NEUTRAL: dict[str, Any] = {"best_of": 1, "suffix": None, "logit_bias": None, "response_format": {"type": "text"},
+                           "tools": None, "tool_choice": None, "parallel_tool_calls": None, "functions": None,
+                           "function_call": None}
+MOST_N = 16  # continuations of one prompt (n), at most
+MOST_LOGPROBS = {"logprobs": 5, "top_logprobs": 20}  # alternatives per token, at most (OpenAI's limits)
 
 
 def fields(body: Any, known: set[str]) -> dict[str, Any]:
@@ -121,8 +129,10 @@ def flag(body: dict[str, Any], key: str) -> bool:
 
 @dataclass(frozen=True)
 class Completion:
-    """A ``POST /v1/completions`` request, checked. ``temperature`` 0 is greedy; ``top_p`` 1 and ``top_k`` 0
-    keep every token."""
+    """A ``POST /v1/completions`` or ``/v1/chat/completions`` request, checked. ``temperature`` 0 is greedy;
+    ``top_p`` 1 and ``top_k`` 0 keep every token. ``prompts`` is empty for a chat, whose ``messages`` the server
+    renders with the model's chat template; ``logprobs``: alternatives reported per token (``None``: no
+    log-probabilities)."""
 
     prompts: list[str]
     max_tokens: int
@@ -133,17 +143,78 @@ class Completion:
     seed: int | None
     stream: bool
     include_usage: bool
+    n: int = 1
+    logprobs: int | None = None
+    echo: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    messages: list[dict[str, str]] | None = None
 
 
-COMPLETION = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream",
-              "stream_options"}
+SAMPLING = {"model", "max_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream", "stream_options", "n",
+            "logprobs", "presence_penalty", "frequency_penalty"}
+COMPLETION = SAMPLING | {"prompt", "echo"}
+CHAT = SAMPLING | {"messages", "top_logprobs", "max_completion_tokens"}
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def completion(body: Any, most: int) -> Completion:
-    """Read a completion request (OpenAI's fields and defaults); ``most``: prompts per request."""
+    """Read a completion request (OpenAI's fields and defaults); ``most``: prompts (times ``n``) per request."""
     body = fields(body, COMPLETION)
     if "prompt" not in body:
         raise bad("prompt", "is required")
+    prompts = texts(body, "prompt", most)
+    logprobs = integer(body, "logprobs", None, 0, MOST_LOGPROBS["logprobs"])
+    return _sampling(body, prompts, most, logprobs, echo=flag(body, "echo"))
+
+
+def chat(body: Any, most: int) -> Completion:
+    """Read a chat completion request (OpenAI's fields and defaults); ``most``: choices (``n``) per request."""
+    body = fields(body, CHAT)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", f"must be a non-empty list of messages, got {_kind(messages)}")
+    read = [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    if body.get("max_completion_tokens") is not None:
+        if body.get("max_tokens") is not None:
+            raise bad("max_completion_tokens", "give it or max_tokens, not both")
+        body = {**body, "max_tokens": body["max_completion_tokens"]}
+    wanted = flag(body, "logprobs")
+    top = integer(body, "top_logprobs", None, 0, MOST_LOGPROBS["top_logprobs"])
+    if top is not None and not wanted:
+        raise bad("top_logprobs", "needs logprobs: true")
+    return _sampling(body, [], most, (top or 0) if wanted else None, messages=read)
+
+
+def _message(m: Any, key: str) -> dict[str, str]:
+    """One chat message as ``{"role", "content"}``: content a string, or a list of text parts joined."""
+    if not isinstance(m, dict):
+        raise bad(key, f"must be an object with role and content, got {_kind(m)}")
+    role, content = m.get("role"), m.get("content")
+    if role not in ROLES:
+        raise bad(f"{key}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        parts = []
+        for j, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise bad(f"{key}.content[{j}]", f"must be a text part {{'type': 'text', 'text': ...}} (this model "
+                                                 f"reads text only), got {_kind(part)}")
+            parts.append(part["text"])
+        content = "".join(parts)
+    if not isinstance(content, str):
+        raise bad(f"{key}.content", f"must be a string or a list of text parts, got {_kind(content)}")
+    return {"role": role, "content": unicode(content, f"{key}.content")}
+
+
+def _sampling(body: dict[str, Any], prompts: list[str], most: int, logprobs: int | None, echo: bool = False,
+              messages: list[dict[str, str]] | None = None) -> Completion:
+    """The fields completions and chats share, checked."""
+    n = integer(body, "n", 1, 1, MOST_N)
+    assert n is not None
+    if n * max(len(prompts), 1) > most:
+        raise ApiError(413, f"n={n} continuations of {max(len(prompts), 1)} prompt(s) is {n * max(len(prompts), 1)} "
+                            f"rows; at most {most} per request", "n")
+    penalties = {k: number(body, k, 0.0, -2.0, 2.0) for k in ("presence_penalty", "frequency_penalty")}
     stop = body.get("stop")
     if stop is None:
         stop = []
@@ -156,7 +227,6 @@ def completion(body: Any, most: int) -> Completion:
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and set(options) <= {"include_usage"}):
         raise bad("stream_options", f"must be an object with include_usage only, got {options!r}")
-    prompts = texts(body, "prompt", most)
     given = {name: body.get(field) for name, field in (("max_new_tokens", "max_tokens"), ("temperature", "temperature"),
                                                        ("top_p", "top_p"), ("top_k", "top_k"), ("seed", "seed"))}
     settings(**given)  # every door's check, in its words: types, finite, ranges, ceilings
@@ -171,6 +241,7 @@ def completion(body: Any, most: int) -> Completion:
         seed=None if seed is None else int(seed),
         stream=flag(body, "stream"),
         include_usage=flag(options or {}, "include_usage"),
+        n=n, logprobs=logprobs, echo=echo, messages=messages, **penalties,
     )
 
 
@@ -200,5 +271,5 @@ def _kind(value: Any) -> str:
     return name if isinstance(value, (dict, list)) or value is None else f"{name} ({str(value)[:40]!r})"
 
 
-__all__ = ["COMPLETION", "Completion", "completion", "fields", "flag", "image_bytes", "integer", "model_name",
-           "number", "texts"]
+__all__ = ["CHAT", "COMPLETION", "Completion", "chat", "completion", "fields", "flag", "image_bytes", "integer",
+           "model_name", "number", "texts"]
