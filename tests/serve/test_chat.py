@@ -36,8 +36,6 @@ def client_of(url):
 def fields_of_reference(got, model_type, where="answer"):
     """Every field of ``got`` (a dict from the server) is a field of the ``openai`` type (recursively), and the
     type's required fields are all there: the API reference's shape, field by field."""
-    import typing
-
     fields = model_type.model_fields
     assert set(got) <= set(fields), f"{where}: {sorted(set(got) - set(fields))} are not in {model_type.__name__}"
     required = {k for k, f in fields.items() if f.is_required()}
@@ -50,7 +48,6 @@ def fields_of_reference(got, model_type, where="answer"):
         for item in items:
             if isinstance(item, dict):
                 fields_of_reference(item, kinds[0], f"{where}.{key}")
-    return typing
 
 
 def _types(annotation):
@@ -117,6 +114,20 @@ def test_chat_completions_answer_the_rendered_prompt_streamed_or_not(runs, serve
         raw = client.chat.completions.with_raw_response.create(model="tiny", messages=MESSAGES, max_tokens=4,
                                                                temperature=0, logprobs=True, top_logprobs=2)
         fields_of_reference(raw.http_response.json(), openai.types.chat.ChatCompletion)
+        import json
+
+        import httpx
+
+        for path, body, kind in (("chat/completions", {"messages": MESSAGES, "logprobs": True, "top_logprobs": 1},
+                                  openai.types.chat.ChatCompletionChunk),
+                                 ("completions", {"prompt": "1 May", "logprobs": 1, "echo": True},
+                                  openai.types.Completion)):
+            sent = httpx.post(f"{url}/v1/{path}", json={**body, "max_tokens": 4, "temperature": 0, "stream": True,
+                                                        "stream_options": {"include_usage": True}}, timeout=60).text
+            events = [e.removeprefix("data: ") for e in sent.split("\n\n") if e.startswith("data: ")]
+            assert events[-1] == "[DONE]" and len(events) > 3
+            for event in events[:-1]:  # every chunk, the usage's included
+                fields_of_reference(json.loads(event), kind, f"a {path} chunk")
         for bad, field in (({"logit_bias": {"5": 10}}, "logit_bias"),
                            ({"response_format": {"type": "json_object"}}, "response_format"),
                            ({"top_logprobs": 2}, "top_logprobs"),
