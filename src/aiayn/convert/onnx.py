@@ -7,7 +7,10 @@ decoding of them through onnxruntime.
                                past_key.i, past_value.i (B, H, P, D),       present_key.i, present_value.i
                                cross_key.i, cross_value.i (B, H, S, D)      (B, H, P + T, D)
     GPT          model.onnx    input_ids (B, T), attention_mask (B, P + T), -> logits (B, T, V),
-                               past_key.i, past_value.i (B, H, P, D)        present_key.i, present_value.i
+                 (Optimum's    position_ids (B, T), all int64;              present.i.key, present.i.value
+                 shape)        past_key_values.i.key, .value (B, H, P, D)   (B, H, P + T, D)
+                 config.json   the Hugging Face config (GPT2LMHeadModel's, LlamaForCausalLM's), so that
+                               optimum.onnxruntime.ORTModelForCausalLM.from_pretrained(folder) runs the graph
     ViT          model.onnx    pixel_values (B, Cin, H, W)               -> logits (B, K)
     every one    onnx.json     each graph's inputs and outputs (dtype, shape), the config, the exporter
 
@@ -51,6 +54,7 @@ from aiayn.decoding.loops import generated, greedy_choice, tokens
 from aiayn.layers.int8 import is_quantized
 from aiayn.layers.session import Session
 from aiayn.models import FAMILIES, config_to_dict, family_of
+from aiayn.models.gpt.onnx import cache_names as gpt_cache_names
 from aiayn.models.onnx import EXAMPLE, INSTALL, LayerPast, Past, cache_names, export_graph, require_export
 from aiayn.version import __version__
 
@@ -234,16 +238,19 @@ class OnnxGPT:
         self.spec = read_spec(folder, "gpt")
         self.cfg = self.spec["config"]
         self.model = session(Path(folder) / self.spec["graphs"]["model"]["file"], threads)
-        self.past = cache_names("past", self.cfg["n_layers"])
+        self.past = gpt_cache_names("past", self.cfg["n_layers"])
         kv = self.cfg.get("n_kv_heads") or self.cfg["n_heads"]  # grouped-query attention caches fewer heads
         self.head = (kv, self.cfg["d_model"] // self.cfg["n_heads"])
 
     def step(self, ids: np.ndarray, attention_mask: np.ndarray,
              past: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """``(B, T)`` new ids, the ``(B, P + T)`` mask of every position so far -> logits ``(B, T, V)`` and the
-        cache with them appended."""
-        logits, *present = self.model.run(None, {"input_ids": ids, "attention_mask": attention_mask,
-                                                 **dict(zip(self.past, past))})
+        cache with them appended. The positions are ``transformers``' (and Optimum's): the mask's running count
+        less one, 1 on padding."""
+        mask = attention_mask.astype(np.int64)
+        positions = np.where(mask == 1, mask.cumsum(-1) - 1, 1)[:, -ids.shape[1]:]
+        logits, *present = self.model.run(None, {"input_ids": ids, "attention_mask": mask,
+                                                 "position_ids": positions, **dict(zip(self.past, past))})
         return logits, present
 
     def generate(self, prompt: Tensor | np.ndarray, attention_mask: Tensor | np.ndarray | None = None,
