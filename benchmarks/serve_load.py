@@ -5,6 +5,8 @@ clients and the batch settings, for a GPT-2-shaped language model and the Marian
     python benchmarks/serve_load.py --soak 600          # 10 minutes at steady load instead: failures, memory
     python benchmarks/serve_load.py --quick             # toy sizes, seconds, into a temporary folder
     python benchmarks/serve_load.py --compile           # the language model eager and with --compile, 16 clients
+    python benchmarks/serve_load.py --peer              # against `transformers serve`, with and without its
+                                                        # continuous batching: serve_peer.json
 
 Each server is ``aiayn serve`` in its own process on 127.0.0.1 (port 0: a free one), loaded from a run folder
 this script writes into a temporary folder: random weights of ``gpt2`` (124M: 12 layers, d_model 768, a
@@ -23,6 +25,16 @@ tokens/s >= 4x that baseline, with p99 latency <= 3x a lone request's. The soak 
 for ``--soak`` seconds and records failed requests and the server's resident memory (VmRSS) each 10 s;
 growth is measured from the end of the first minute (the warm-up). Writes ``benchmarks/results/serve_load.json``
 (the sweeps) or ``serve_soak.json`` (``--soak``).
+
+``--peer`` serves the language model exported to a Hugging Face folder (``aiayn.to_hf``: ``GPT2LMHeadModel`` and
+its tokenizer) by ``transformers serve`` (transformers 5, ``pip install "transformers[serving]"``), without and with
+``--continuous-batching`` (paged attention), and by ``aiayn serve`` eager and ``--compile`` (``--max-len 64``), one
+server at a time, each on a free port of the loopback, with the same greedy ``/v1/completions`` requests (the same
+prompts, ``--new`` tokens each): throughput and p50/p99 latency at ``--peer-clients`` (1 4 16 64), and each
+server's texts for the same prompts compared with ``aiayn serve``'s (special tokens' text left out: ``transformers
+serve`` skips it, ``aiayn serve`` spells ``<unk>``). Target (issue 59): at 16 clients, ``aiayn
+serve``'s best throughput >= 2x the best of ``transformers serve``'s, with p99 latency no worse. Writes
+``serve_peer.json``.
 """
 
 from __future__ import annotations
@@ -80,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="instead of the sweeps: the language model served eager and with --compile (both at "
                         "--max-batch 16), 16 clients, --rounds alternating rounds: serve_compile.json (with "
                         "--quick-models: serve_compile_tiny.json; see --max-len)")
+    p.add_argument("--peer", action="store_true",
+                   help="instead of the sweeps: transformers serve (without and with --continuous-batching) against "
+                        "aiayn serve (eager, --compile) on the same exported folder, one at a time: serve_peer.json")
+    p.add_argument("--peer-clients", type=int, nargs="+", default=[1, 4, 16, 64],
+                   help="--peer's concurrent clients (default 1 4 16 64)")
     p.add_argument("--rounds", type=int, default=5, help="--compile's alternating rounds (default 5)")
     p.add_argument("--max-len", type=int, default=64,
                    help="--compile's servers' --max-len (default 64; 0: the model's positions, into "
@@ -93,6 +110,12 @@ def main(argv: list[str] | None = None) -> None:
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, **compiled(lm, args)}
             name = "serve_compile" + ("_tiny" if args.quick_models else "") + ("" if args.max_len else "_full")
             write_results(args.out, name, results)
+            return
+        if args.peer:  # transformers serve against aiayn serve, into its own file
+            results = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
+                       **peer(lm, Path(tmp) / "hf", args)}
+            write_results(args.out, "serve_peer", results)
+            print(f"target: {results['target']}")
             return
         if args.soak:  # the soak alone, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "soak": soak(lm, args)}
@@ -185,14 +208,15 @@ def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT,
             proc.kill()
 
 
-def request(kind: str, text: str, new: int) -> tuple[str, dict[str, Any]]:
+def request(kind: str, text: str, new: int, model: str | None = None) -> tuple[str, dict[str, Any]]:
     if kind == "completions":
-        return "/v1/completions", {"prompt": text, "max_tokens": new, "temperature": 0}
+        return "/v1/completions", {"prompt": text, "max_tokens": new, "temperature": 0,
+                                   **({"model": model} if model else {})}
     return "/v1/translations", {"input": [text], "beam": 1}
 
 
 async def clients(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str],
-                  until: float | None = None) -> dict[str, Any]:
+                  until: float | None = None, model: str | None = None) -> dict[str, Any]:
     """``n`` closed-loop clients sending ``per_client`` requests each (or, with ``until``, until that time):
     what came back, timed."""
     latencies: list[float] = []
@@ -202,7 +226,7 @@ async def clients(url: str, kind: str, n: int, per_client: int, new: int, prompt
         nonlocal tokens, failed
         k = 0
         while (k < per_client) if until is None else (time.monotonic() < until):
-            path, body = request(kind, prompts[(i * 7919 + k) % len(prompts)], new)
+            path, body = request(kind, prompts[(i * 7919 + k) % len(prompts)], new, model)
             start = time.perf_counter()
             try:
                 r = await http.post(url + path, json=body, timeout=TIMEOUT)
@@ -224,9 +248,9 @@ async def clients(url: str, kind: str, n: int, per_client: int, new: int, prompt
 
 
 def level(url: str, kind: str, n: int, per_client: int, new: int, prompts: list[str], batch: int,
-          wait: float = WAIT) -> dict[str, Any]:
-    asyncio.run(clients(url, kind, 1, 1, new, prompts))  # warm-up: the first call's one-off costs
-    found = asyncio.run(clients(url, kind, n, per_client, new, prompts))
+          wait: float = WAIT, model: str | None = None) -> dict[str, Any]:
+    asyncio.run(clients(url, kind, 1, 1, new, prompts, model=model))  # warm-up: the first call's one-off costs
+    found = asyncio.run(clients(url, kind, n, per_client, new, prompts, model=model))
     print(f"  {kind}: max-batch {batch:>2}, max-wait {wait:>4g} ms, {n:>3} clients  {found['per_s']:>8} /s"
           f"  p50 {found['p50_s']:.2f} s  p99 {found['p99_s']:.2f} s  failed {found['failed']}", flush=True)
     return found
@@ -284,6 +308,88 @@ def compiled(run: Path, args: argparse.Namespace) -> dict[str, Any]:
             "rounds": rounds, "ratio_median": round(statistics.median(ratios), 3),
             "ratio_lower_quartile": round(statistics.quantiles(ratios, n=4, method="inclusive")[0], 3),
             "p99_median_s": {k: statistics.median(r["p99_s"] for r in v) for k, v in rounds.items()}}
+
+
+@contextmanager
+def transformers_serving(folder: Path, threads: int, continuous: bool) -> Iterator[Server]:
+    """``transformers serve FOLDER`` in a child process on 127.0.0.1 (a free port), waited for until it answers
+    ``/health``; stopped (SIGTERM) at the end."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    command = [str(Path(sys.executable).parent / "transformers"), "serve", str(folder), "--host", "127.0.0.1",
+               "--port", str(port), "--device", "cpu", "--log-level", "warning",
+               "--continuous-batching" if continuous else "--no-continuous-batching"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"transformers serve did not start: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.5)
+        yield Server(url, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def greedy_texts(url: str, prompts: list[str], new: int, model: str | None) -> list[str]:
+    """What a server answers each prompt, one request at a time (greedy)."""
+    out = []
+    for text in prompts:
+        body = {"prompt": text, "max_tokens": new, "temperature": 0, **({"model": model} if model else {})}
+        r = httpx.post(url + "/v1/completions", json=body, timeout=TIMEOUT)
+        r.raise_for_status()
+        out.append(r.json()["choices"][0]["text"])
+    return out
+
+
+def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``transformers serve`` (without and with continuous batching) and ``aiayn serve`` (eager, compiled) on one
+    exported folder, one server at a time: the clients sweep of each, and their texts against aiayn's."""
+    aiayn.to_hf(run, hf)
+    prompts, checked = texts(256, 2), texts(8, 5)
+    servers = {"transformers": lambda: transformers_serving(hf, args.threads, False),
+               "transformers --continuous-batching": lambda: transformers_serving(hf, args.threads, True),
+               "aiayn": lambda: serving(hf, args.threads, 16),
+               "aiayn --compile": lambda: serving(hf, args.threads, 16, compile=True, max_len=64)}
+    found: dict[str, Any] = {}
+    for name, start in servers.items():
+        model = str(hf) if name.startswith("transformers") else None
+        print(f"{name}: tokens per second", flush=True)
+        with start() as server:
+            said = greedy_texts(server.url, checked, args.new, model)  # (also the warm-up)
+            by = {n: level(server.url, "completions", n, args.requests, args.new, prompts, 16, model=model)
+                  for n in args.peer_clients}
+        found[name] = {"texts": said, "by_clients": by}
+    def plain(said: list[str]) -> list[str]:  # transformers serve skips special tokens' text; aiayn spells <unk>
+        return [re.sub(r"<unk>|<s>|</s>|<pad>", "", t) for t in said]
+
+    ours = plain(found["aiayn"]["texts"])
+    for entry in found.values():
+        entry["texts_equal_aiayn"] = plain(entry["texts"]) == ours
+    at = 16 if 16 in args.peer_clients else max(args.peer_clients)
+    theirs = max((v for k, v in found.items() if k.startswith("transformers")), key=lambda v: v["by_clients"][at]
+                 ["per_s"])["by_clients"][at]
+    best = max((v for k, v in found.items() if k.startswith("aiayn")), key=lambda v: v["by_clients"][at]["per_s"])
+    mine = best["by_clients"][at]
+    ratio = mine["per_s"] / theirs["per_s"]
+    target = {"clients": at, "throughput_ratio": round(ratio, 2), "p99_s": {"aiayn": mine["p99_s"],
+                                                                           "transformers": theirs["p99_s"]},
+              "met": ratio >= 2 and mine["p99_s"] <= theirs["p99_s"]}
+    return {"servers": found, "target": target, "load_average_1_5_15": list(os.getloadavg())}
 
 
 def rss_mib(pid: int) -> float:

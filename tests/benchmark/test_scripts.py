@@ -503,6 +503,20 @@ def test_compile_time_quick(tmp_path):
     assert result["machine"]["cpu_capability"] and len(result["load_average_1_5_15_before"]) == 3
 
 
+@pytest.mark.slow  # four servers started one after the other, two of them transformers': about a minute
+def test_serve_load_quick_peer_serves_every_request_on_both_servers(tmp_path):
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi", reason='transformers serve needs "transformers[serving]"')
+    run_script("serve_load", "--quick", "--peer", "--peer-clients", "1", "2", "--out", tmp_path / "out", cwd=tmp_path,
+               timeout=600)
+    result = json.loads((tmp_path / "out" / "serve_peer.json").read_text())
+    assert set(result["servers"]) == {"transformers", "transformers --continuous-batching", "aiayn", "aiayn --compile"}
+    for server in result["servers"].values():
+        assert all(lv["failed"] == 0 and lv["requests"] > 0 for lv in server["by_clients"].values())
+        assert len(server["texts"]) == 8
+    assert result["servers"]["aiayn --compile"]["texts_equal_aiayn"] and result["target"]["clients"] == 2
+
+
 @pytest.mark.parametrize("mode", [[], ["--compile", "--rounds", "2"]], ids=["sweeps", "compile"])
 def test_serve_load_quick_serves_every_request(tmp_path, mode):
     pytest.importorskip("uvicorn")
