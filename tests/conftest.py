@@ -8,6 +8,9 @@ import torch
 # The suite runs on the CPU even on a machine with a GPU ("auto" means cpu, in this process and the commands it
 # starts); the GPU tests (`pytest -m gpu`) name their device.
 os.environ.setdefault("AIAYN_DEVICE", "cpu")
+# Products take the kernels of the fixed rules (aiayn.layers.kernels), not those timed on first use: a run's numbers
+# then do not depend on what an earlier run measured; tests/layers/test_kernels.py measures.
+os.environ.setdefault("AIAYN_KERNELS", "rules")
 
 # Under pytest-xdist (the README's `pytest -n auto`) the workers share the cores: each takes its share of torch
 # threads, and so do the commands it starts, instead of every worker running as many threads as there are cores

@@ -313,24 +313,30 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
             "sides": sides, "peers": peers, "target": target, "extra": case.extra}
 
 
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                "amx_bf16")  # the instruction sets the kernels' speed turns on (/proc/cpuinfo's names)
+
+
 def machine(device: torch.device = CPU) -> dict[str, Any]:
-    """The CPU (model, cores, the vector instructions torch's kernels use: ``AVX512``, ``AVX2``, ...), the
-    threads torch uses, the device, the library versions and the date."""
-    cpu = platform.processor() or platform.machine()
+    """The CPU (model, cores, the vector instructions torch's kernels use: ``AVX512``, ``AVX2``, ..., and which of
+    :data:`VECTOR_FLAGS` it has: AVX2, AVX-512, VNNI, AMX), the threads torch uses, the device, the library versions
+    and the date."""
+    cpu, flags = platform.processor() or platform.machine(), []
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    named = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    have = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
+    cpu, flags = (named[0] if named else cpu), [f for f in VECTOR_FLAGS if f in have]
     try:
         import transformers
 
         hf_version = transformers.__version__
     except ImportError:
         hf_version = None
-    return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cores": os.cpu_count(),
+    return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_flags": flags,
+            "cores": os.cpu_count(),
             "threads": torch.get_num_threads(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "python": platform.python_version(), "torch": torch.__version__, "transformers": hf_version,

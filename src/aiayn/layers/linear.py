@@ -1,9 +1,9 @@
 """``nn.Linear`` whose product takes the CPU fast path for the few rows of decoding.
 
 ``linear(x, W, b)`` is ``F.linear``: ``x W^T + b``. With :data:`aiayn.layers.fast.ENABLED` (the default), a
-CPU product that needs no gradient by a matrix of at least ``ONEDNN_MIN`` weights goes to oneDNN's inner product
-(:func:`aiayn.layers.fast.linear_onednn`; on AVX2 one row only), and on AVX2 a product of at most ``FEW_ROWS``
-rows to :func:`aiayn.layers.fast.linear_few_rows`: the same values, computed the way the CPU does it fastest.
+CPU product may go to oneDNN's inner product (:func:`aiayn.layers.fast.linear_onednn`) or be computed swapped
+(:func:`aiayn.layers.fast.linear_few_rows`): the same values, by the kernel that :mod:`aiayn.layers.kernels`
+measured fastest on this machine for that shape (or by its fixed rules, ``AIAYN_KERNELS=rules``).
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.layers import fast
+from aiayn.layers import fast, kernels
 from aiayn.layers.fast import FEW_ROWS, ONEDNN_MIN
 
 
@@ -28,10 +28,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     Returns:
         ``(..., O)``, contiguous.
     """
-    if fast.ENABLED:  # on the CPU the same product, faster where one of these applies
-        if fast.onednn_suits(x, weight, bias):
+    if fast.ENABLED and x.device.type == "cpu":  # the same product, by the kernel this machine runs fastest
+        kernel = kernels.choose(x, weight, bias)
+        if kernel == "onednn":
             return fast.linear_onednn(x, weight, bias)
-        if fast.linear_suits(x, weight):
+        if kernel == "swapped":
             return fast.linear_few_rows(x, weight, bias)
     return F.linear(x, weight, bias)  # x W^T + b
 

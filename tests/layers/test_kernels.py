@@ -1,0 +1,111 @@
+"""Kernels chosen by measurement (aiayn.layers.kernels): every candidate computes F.linear's product, the timed choice
+is written to the cache file of this CPU and torch version and read back by a fresh process, the environment
+variable and use() force a kernel or the fixed rules, and a compiled step's products are timed before it is
+traced."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import aiayn
+from aiayn.layers import kernels
+from aiayn.layers.linear import linear
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def measuring(tmp_path, monkeypatch):
+    """Measure mode, with a cache folder of the test's own and nothing held in memory."""
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AIAYN_KERNELS", "measure")
+    kernels.forget()
+    yield tmp_path / "cache"
+    kernels.forget()
+    kernels.use(None)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 100])
+@pytest.mark.parametrize("bias", [True, False])
+def test_every_candidate_computes_f_linear_s_product(rows, bias):
+    gen = torch.Generator().manual_seed(rows)
+    x, w = torch.randn(rows, 384, generator=gen), torch.randn(512, 384, generator=gen)
+    b = torch.randn(512, generator=gen) if bias else None
+    want = F.linear(x, w, b)
+    with torch.no_grad():
+        for name, kernel in kernels.CANDIDATES.items():
+            if kernels.applies(name, x, w, b):
+                torch.testing.assert_close(kernel(x, w, b), want, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_a_measured_choice_is_kept_in_the_cache_file_and_read_back_by_another_process(measuring):
+    w, b = torch.randn(768, 256), torch.randn(768)  # 196,608 weights: measured
+    x = torch.randn(1, 256)
+    with torch.no_grad():
+        chosen = kernels.choose(x, w, b)
+        torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b), atol=1e-4, rtol=1e-4)
+    path = kernels.cache_file()
+    assert path.is_relative_to(measuring) and path.is_file()
+    saved = json.loads(path.read_text())
+    key = kernels.key(1, w, b)
+    assert saved == {key: chosen} and chosen in kernels.CANDIDATES and key.startswith("1|256|768|bias|float32|")
+    # a fresh process reads the choice rather than timing again: a planted one (another kernel) is what it uses
+    planted = next(n for n in ("linear", "swapped", "onednn") if n != chosen and kernels.applies(n, x, w, b))
+    path.write_text(json.dumps({key: planted}))
+    code = ("import torch; from aiayn.layers import kernels; torch.set_num_threads(1); "
+            "print(kernels.choose(torch.randn(1, 256), torch.randn(768, 256), torch.randn(768)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.stdout.strip() == planted
+
+
+def test_timings_pick_the_fastest_candidate_of_those_that_apply(measuring, monkeypatch):
+    w = torch.randn(1024, 256)
+    times = kernels.timings(2, w, None)
+    assert set(times) <= set(kernels.CANDIDATES) and "linear" in times and all(t > 0 for t in times.values())
+    monkeypatch.setattr(kernels, "timings", lambda rows, weight, bias: {"linear": 3.0, "swapped": 1.0, "onednn": 2.0})
+    kernels.forget()
+    assert kernels.choose(torch.randn(2, 256), w) == "swapped"  # the fastest of the (planted) timings
+
+
+def test_the_environment_and_use_force_a_kernel_or_the_rules(measuring, monkeypatch):
+    x, w = torch.randn(1, 256), torch.randn(768, 256)
+    with torch.no_grad():
+        for how in ("linear", "swapped", "onednn"):
+            monkeypatch.setenv("AIAYN_KERNELS", how)
+            assert kernels.choose(x, w) == (how if kernels.applies(how, x, w, None) else "linear")
+        monkeypatch.setenv("AIAYN_KERNELS", "rules")
+        assert kernels.choose(x, w) == kernels.rules(x, w, None)
+        kernels.use("linear")  # over the environment
+        assert kernels.choose(x, w) == "linear"
+    assert not kernels.cache_file().exists()  # nothing was timed
+    monkeypatch.setenv("AIAYN_KERNELS", "fastest")
+    kernels.use(None)
+    with pytest.raises(ValueError, match="AIAYN_KERNELS='fastest'"):
+        kernels.choose(x, w)
+    with pytest.raises(ValueError, match="use\\('quick'\\)"):
+        kernels.use("quick")
+
+
+def test_a_product_that_needs_a_gradient_or_is_small_is_not_timed(measuring):
+    w = torch.randn(768, 256, requires_grad=True)
+    x = torch.randn(1, 256)
+    assert kernels.choose(x, w) == kernels.rules(x, w, None)  # oneDNN's op has no backward
+    small = torch.randn(64, 64)
+    kernels.choose(x[:, :64], small)
+    assert not kernels.cache_file().exists()
+
+
+def test_a_compiled_step_s_products_are_timed_before_it_is_traced(measuring):
+    torch.manual_seed(0)
+    gpt = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=512, d_model=128, n_layers=1, max_len=32)).eval()
+    ids = torch.randint(0, 512, (2, 5))
+    eager = gpt.generate(ids, max_new_tokens=4)
+    assert torch.equal(gpt.generate(ids, max_new_tokens=4, compile=True), eager)
+    saved = json.loads(kernels.cache_file().read_text())
+    assert any(k.startswith("2-3|128|512|") for k in saved)  # the output layer, for the step's 2 rows
