@@ -503,6 +503,16 @@ def test_compile_time_quick(tmp_path):
     assert result["machine"]["cpu_capability"] and len(result["load_average_1_5_15_before"]) == 3
 
 
+@pytest.mark.slow  # two fresh processes, each compiling a step: about a minute
+def test_inductor_options_quick_compares_an_option_with_today_s_compile(tmp_path):
+    run_script("inductor_options", "--quick", "--cases", "marian-greedy", "--options", "default", "freezing",
+               "--out", tmp_path / "out", cwd=tmp_path, timeout=900)
+    result = json.loads((tmp_path / "out" / "inductor_options.json").read_text())
+    row = result["cases"]["marian-greedy"]
+    assert row["default"]["speedup_over_default"] == 1.0 and row["freezing"]["call_s"] > 0
+    assert row["freezing"]["same_tokens_as_default"] and "cpu_flags" in result["machine"]
+
+
 @pytest.mark.slow  # four servers started one after the other, two of them transformers': about a minute
 def test_serve_load_quick_peer_serves_every_request_on_both_servers(tmp_path):
     pytest.importorskip("uvicorn")
