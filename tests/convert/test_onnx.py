@@ -64,33 +64,38 @@ def empty_past(n_layers, b, h, d):
     return [np.zeros((b, h, 0, d), np.float32)] * (2 * n_layers)
 
 
-def test_the_encoder_graph_gives_our_memory_and_every_layers_cross_attention_keys_and_values(seq2seq):
+def test_the_encoder_graph_gives_our_memory_and_the_first_step_every_layers_cross_attention_keys_and_values(seq2seq):
     model, src, folder = seq2seq
-    memory, *cross = run(session(folder / "encoder.onnx", threads=1), {"src_ids": src.numpy()})
+    mask = (src != model.cfg.pad_id).long()
+    [memory] = run(session(folder / "encoder_model.onnx", threads=1), {"input_ids": src.numpy(),
+                                                                       "attention_mask": mask.numpy()})
+    start = torch.full((src.size(0), 1), model.cfg.bos_id)
+    _, *present = run(session(folder / "decoder_model.onnx", threads=1), {
+        "input_ids": start.numpy(), "encoder_attention_mask": mask.numpy(), "encoder_hidden_states": memory.numpy()})
     with torch.no_grad():
         expected = model.encode(src)
         torch.testing.assert_close(memory, expected, atol=TOL, rtol=TOL)
-        for i, layer in enumerate(model.decoder.layers):
+        for i, layer in enumerate(model.decoder.layers):  # per layer: decoder key, value, encoder key, value
             k, v = layer.cross_attn.project_kv(expected)
-            torch.testing.assert_close(cross[2 * i], k, atol=TOL, rtol=TOL)
-            torch.testing.assert_close(cross[2 * i + 1], v, atol=TOL, rtol=TOL)
+            torch.testing.assert_close(present[4 * i + 2], k, atol=TOL, rtol=TOL)
+            torch.testing.assert_close(present[4 * i + 3], v, atol=TOL, rtol=TOL)
 
 
 @torch.no_grad()
 def test_decoder_steps_give_the_logits_of_our_cached_decoding_and_of_recomputing_the_prefix(seq2seq):
-    """A first step of three tokens on an empty past, then one token at a time, as one graph does both."""
+    """A first step of three tokens (decoder_model.onnx), then one token at a time (decoder_with_past_model.onnx)."""
     model, src, folder = seq2seq
     cfg = model.cfg
     ort = OnnxSeq2Seq(folder, threads=1)
-    cross = ort.encode(src.numpy())
     mask = (src != cfg.pad_id).numpy()
     tgt = torch.cat([torch.full((src.size(0), 1), cfg.bos_id), torch.randint(3, 24, (src.size(0), 6))], dim=1)
     memory = model.encode(src)
     cache = model.new_cache(tgt.size(1))
-    past = empty_past(cfg.n_decoder_layers, src.size(0), cfg.n_heads, cfg.d_head)
+    logits, past, cross = ort.first(tgt[:, :3].numpy(), mask, ort.encode(src.numpy()))
     begin = 0
     for end in (3, 4, 5, 6, 7):
-        logits, past = ort.step(tgt[:, begin:end].numpy(), mask, past, cross)
+        if begin:
+            logits, past = ort.step(tgt[:, begin:end].numpy(), mask, past, cross)
         cached = model.decode(tgt[:, begin:end], memory, src, cache=cache)  # (B, end - begin, V)
         torch.testing.assert_close(torch.from_numpy(logits), cached, atol=TOL, rtol=TOL)
         recomputed = model.decode(tgt[:, :end], memory, src)[:, begin:end]
@@ -171,13 +176,14 @@ def test_the_json_names_every_input_and_output_with_its_type_and_shape(seq2seq, 
     spec = json.loads((folder / SPEC).read_text())
     assert spec["family"] == "transformer" and spec["config"]["d_model"] == model.cfg.d_model
     assert "dynamo=True" in spec["exporter"]
-    decoder = spec["graphs"]["decoder"]
+    decoder = spec["graphs"]["decoder_with_past"]  # Optimum's names, per layer: decoder key, value, encoder key, value
     n = model.cfg.n_decoder_layers
-    assert list(decoder["inputs"]) == ["tgt_ids", "src_mask", *(f"past_{p}.{i}" for i in range(n)
-                                                                 for p in ("key", "value")),
-                                       *(f"cross_{p}.{i}" for i in range(n) for p in ("key", "value"))]
-    assert decoder["inputs"]["src_mask"] == {"dtype": "bool", "shape": ["batch", "src_len"]}
-    assert decoder["outputs"]["present_key.1"] == {"dtype": "float32", "shape": ["batch", 4, "past + new", 8]}
+    assert list(decoder["inputs"]) == ["input_ids", "encoder_attention_mask",
+                                       *(f"past_key_values.{i}.{side}.{p}" for i in range(n)
+                                         for side in ("decoder", "encoder") for p in ("key", "value"))]
+    assert decoder["inputs"]["encoder_attention_mask"] == {"dtype": "int64", "shape": ["batch", "src_len"]}
+    assert decoder["outputs"]["present.1.decoder.key"] == {"dtype": "float32", "shape": ["batch", 4, "past + new", 8]}
+    assert spec["graphs"]["decoder"]["outputs"]["present.1.encoder.value"]["shape"] == ["batch", 4, "src_len", 8]
     sess = session(folder / decoder["file"], threads=1)
     assert [i.name for i in sess.get_inputs()] == list(decoder["inputs"])
     assert [(o.name, o.shape) for o in sess.get_outputs()] == [(k, v["shape"]) for k, v in decoder["outputs"].items()]

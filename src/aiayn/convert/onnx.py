@@ -1,11 +1,10 @@
 """ONNX graphs of the encoder-decoder Transformer (BART and Marian convert into it), GPT and ViT, and greedy
 decoding of them through onnxruntime.
 
-    Transformer  encoder.onnx  src_ids (B, S)                            -> memory (B, S, C),
-                                                                            cross_key.i, cross_value.i (B, H, S, D)
-                 decoder.onnx  tgt_ids (B, T), src_mask (B, S),          -> logits (B, T, V),
-                               past_key.i, past_value.i (B, H, P, D),       present_key.i, present_value.i
-                               cross_key.i, cross_value.i (B, H, S, D)      (B, H, P + T, D)
+    Transformer  encoder_model.onnx, decoder_model.onnx (the first step: the memory in, every layer's
+                 cross-attention keys and values out), decoder_with_past_model.onnx (every later step), in
+                 Optimum's names (:mod:`aiayn.models.transformer.onnx`), config.json beside them, so that
+                 optimum.onnxruntime.ORTModelForSeq2SeqLM.from_pretrained(folder) runs them
     GPT          model.onnx    input_ids (B, T), attention_mask (B, P + T), -> logits (B, T, V),
                  (Optimum's    position_ids (B, T), all int64;              present.i.key, present.i.value
                  shape)        past_key_values.i.key, .value (B, H, P, D)   (B, H, P + T, D)
@@ -14,16 +13,16 @@ decoding of them through onnxruntime.
     ViT          model.onnx    pixel_values (B, Cin, H, W)               -> logits (B, K)
     every one    onnx.json     each graph's inputs and outputs (dtype, shape), the config, the exporter
 
-for every decoder layer i. The encoder projects each decoder layer's cross-attention keys and values once, as
-our cache does (:class:`~aiayn.layers.LayerCache`), so a decoder step never sees the memory itself. The
-self-attention cache goes in and comes out as plain tensors, one step's ``present`` being the next step's
+for every decoder layer i. The encoder-decoder's first step projects each decoder layer's cross-attention keys and
+values once, as our cache does (:class:`~aiayn.layers.LayerCache`), so a later step never sees the memory itself.
+The self-attention cache goes in and comes out as plain tensors, one step's ``present`` being the next step's
 ``past``:
 
-    past_key.i (B, H, P, D) --append the T new keys--> present_key.i (B, H, P + T, D) --> past_key.i of the next step
+    past_key_values.i.key (B, H, P, D) --append the T new keys--> present.i.key (B, H, P + T, D) --> the next past
 
-A first step passes a past of length 0; one graph does the prompt (or the start token) and every later step.
-``src_mask`` is ``src_ids != pad_id`` (True = a real token) and GPT's ``attention_mask`` marks real tokens over
-every position so far, prompts padded on the left, as the models' own arguments do. B, S, T and P may be any size
+A GPT's first step passes a past of length 0; one graph does the prompt and every later step. Masks are int64, 1 on
+a real token (a source's: ``input_ids != pad_id``; GPT's ``attention_mask`` over every position so far, prompts
+padded on the left), as Optimum passes them. B, S, T and P may be any size
 in a graph, but positions are those of the model: a decoder graph holds ``max_len`` of them (our sinusoidal table
 grows past it; a graph cannot), and ViT's H and W are the config's ``image_size``.
 
@@ -56,6 +55,7 @@ from aiayn.layers.session import Session
 from aiayn.models import FAMILIES, config_to_dict, family_of
 from aiayn.models.gpt.onnx import cache_names as gpt_cache_names
 from aiayn.models.onnx import EXAMPLE, INSTALL, LayerPast, Past, cache_names, export_graph, require_export
+from aiayn.models.transformer.onnx import cache_names as seq2seq_cache_names
 from aiayn.version import __version__
 
 FORMAT = "aiayn-onnx/1"
@@ -145,7 +145,8 @@ class OnnxSeq2Seq:
     """An exported encoder-decoder run by onnxruntime: ``OnnxSeq2Seq(folder).greedy(src)``.
 
     Args:
-        folder: what :func:`to_onnx` wrote for a Transformer.
+        folder: what :func:`to_onnx` wrote for a Transformer (Optimum's three graphs,
+            :mod:`aiayn.models.transformer.onnx`).
         threads: onnxruntime's threads inside an operation; default torch's.
     """
 
@@ -153,22 +154,32 @@ class OnnxSeq2Seq:
         self.spec = read_spec(folder, "transformer")
         self.cfg = self.spec["config"]
         graphs = self.spec["graphs"]
-        self.encoder = session(Path(folder) / graphs["encoder"]["file"], threads)
-        self.decoder = session(Path(folder) / graphs["decoder"]["file"], threads)
-        n = self.cfg["n_decoder_layers"]
-        self.past, self.cross = cache_names("past", n), cache_names("cross", n)
-        self.head = (self.cfg["n_heads"], self.cfg["d_model"] // self.cfg["n_heads"])
+        self.encoder, self.decoder, self.decoder_with_past = (
+            session(Path(folder) / graphs[k]["file"], threads) for k in ("encoder", "decoder", "decoder_with_past"))
+        self.past = seq2seq_cache_names("past", self.cfg["n_decoder_layers"])
 
-    def encode(self, src: np.ndarray) -> list[np.ndarray]:
-        """``(B, S)`` ids -> every decoder layer's cross-attention keys and values ``(B, H, S, D)``, in the order
-        of the decoder's ``cross_*`` inputs."""
-        return self.encoder.run(self.cross, {"src_ids": src})
+    def encode(self, src: np.ndarray) -> np.ndarray:
+        """``(B, S)`` ids -> the memory ``(B, S, C)``."""
+        mask = (src != self.cfg["pad_id"]).astype(np.int64)
+        return self.encoder.run(None, {"input_ids": src, "attention_mask": mask})[0]
+
+    def first(self, tgt: np.ndarray, src_mask: np.ndarray, memory: np.ndarray
+              ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """The first step: ``(B, T)`` target ids -> logits ``(B, T, V)``, the decoder's keys and values ``(B, H, T, D)``
+        and every layer's cross-attention keys and values ``(B, H, S, D)``, each layer's key then value."""
+        feed = {"input_ids": tgt, "encoder_attention_mask": src_mask.astype(np.int64), "encoder_hidden_states": memory}
+        logits, *present = self.decoder.run(None, feed)
+        own = [t for i, t in enumerate(present) if i % 4 < 2]  # per layer: decoder key, value; encoder key, value
+        cross = [t for i, t in enumerate(present) if i % 4 >= 2]
+        return logits, own, cross
 
     def step(self, tgt: np.ndarray, src_mask: np.ndarray, past: list[np.ndarray],
              cross: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``(B, T)`` target ids at positions ``P ..`` -> logits ``(B, T, V)`` and the cache with them appended."""
-        feed = {"tgt_ids": tgt, "src_mask": src_mask, **dict(zip(self.past, past)), **dict(zip(self.cross, cross))}
-        logits, *present = self.decoder.run(None, feed)
+        """A later step: ``(B, T)`` target ids at positions ``P ..`` -> logits ``(B, T, V)`` and the decoder's
+        keys and values with them appended."""
+        quads = [t for i in range(0, len(past), 2) for t in (past[i], past[i + 1], cross[i], cross[i + 1])]
+        feed = {"input_ids": tgt, "encoder_attention_mask": src_mask.astype(np.int64), **dict(zip(self.past, quads))}
+        logits, *present = self.decoder_with_past.run(None, feed)
         return logits, present
 
     def session(self) -> OnnxSeq2SeqSession:
@@ -195,8 +206,8 @@ class OnnxSeq2Seq:
 
 
 class OnnxSeq2SeqSession(Session):
-    """An exported encoder-decoder's decode session: the prefill runs the encoder graph (every layer's
-    cross-attention keys and values) and the start token; each step runs the decoder graph on the past."""
+    """An exported encoder-decoder's decode session: the prefill runs the encoder graph and the first step's (the
+    start token, every layer's cross-attention keys and values); each step runs the graph with the past."""
 
     def __init__(self, runner: OnnxSeq2Seq) -> None:
         self.runner = runner
@@ -204,13 +215,12 @@ class OnnxSeq2SeqSession(Session):
 
     def prefill(self, ids: Tensor, mask: Tensor | None = None, *, new_tokens: int, repeat: int = 1) -> Tensor:
         src = ids.repeat_interleave(repeat, dim=0).numpy().astype(np.int64)  # (B, S)
-        b, (h, d) = src.shape[0], self.runner.head
-        self.cross = self.runner.encode(src)
+        b = src.shape[0]
         self.mask = src != self.runner.cfg["pad_id"]  # (B, S)
-        self.past = [np.zeros((b, h, 0, d), np.float32)] * len(self.runner.past)  # (B, H, 0, D)
         self.prefix = torch.full((b, 1), self.runner.cfg["bos_id"], dtype=torch.long)
         self.rows = b
-        return self.step(self.prefix[:, 0])
+        logits, self.past, self.cross = self.runner.first(self.prefix.numpy(), self.mask, self.runner.encode(src))
+        return torch.from_numpy(logits[:, -1])  # (B, V)
 
     def step(self, tokens: Tensor) -> Tensor:
         logits, self.past = self.runner.step(tokens.numpy()[:, None], self.mask, self.past, self.cross)
