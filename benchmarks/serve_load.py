@@ -201,11 +201,16 @@ def serving(run: Path, threads: int, max_batch: int, max_wait_ms: float = WAIT,
             raise RuntimeError(f"the server did not start: {line}{proc.stderr.read() if proc.stderr else ''}")
         yield Server(found.group(0), proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after a minute."""
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def request(kind: str, text: str, new: int, model: str | None = None) -> tuple[str, dict[str, Any]]:
@@ -338,11 +343,7 @@ def transformers_serving(folder: Path, threads: int, continuous: bool) -> Iterat
             time.sleep(0.5)
         yield Server(url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def greedy_texts(url: str, prompts: list[str], new: int, model: str | None) -> list[str]:

@@ -44,12 +44,13 @@ from aiayn.layers.vision import window_index
 ENABLED = True  # the one switch: False runs every layer's plain path
 
 
-def _cpu_vendor() -> str:
-    """The CPU's vendor as ``/proc/cpuinfo`` names it (``GenuineIntel``, ``AuthenticAMD``), else ``""``."""
+def cpuinfo(field: str) -> str:
+    """The first value of ``field`` in ``/proc/cpuinfo`` (``vendor_id``: ``GenuineIntel``, ``AuthenticAMD``;
+    ``model name``), else ``""``."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("vendor_id"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
@@ -67,7 +68,7 @@ _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_l
 # (F.linear) streams a GPT-2 step's weights at 23 GB/s against oneDNN's 18 (--streamed), while on an AMD EPYC,
 # where MKL takes a slower path, oneDNN's one-row products made GPT-2 generation 1.44x Hugging Face's F.linear.
 SWAP_FEW_ROWS = torch.backends.cpu.get_cpu_capability() == "AVX2"
-ONEDNN_MIN_ROWS = 4 if _cpu_vendor() == "GenuineIntel" else 1  # off AVX2, the fewest rows oneDNN takes
+ONEDNN_MIN_ROWS = 4 if cpuinfo("vendor_id") == "GenuineIntel" else 1  # off AVX2, the fewest rows oneDNN takes
 
 # the activations of aiayn.layers.feedforward.ACTIVATIONS, overwriting their input
 IN_PLACE: dict[str, Callable[[Tensor], Tensor]] = {
@@ -246,6 +247,7 @@ __all__ = [
     "IN_PLACE",
     "ONEDNN_MIN",
     "SWAP_FEW_ROWS",
+    "cpuinfo",
     "feedforward_no_grad",
     "linear_few_rows",
     "linear_onednn",

@@ -83,16 +83,9 @@ def cache_file() -> Path:
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import platform
 
-    return platform.processor() or platform.machine()
+    return fast.cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def bucket(rows: int) -> str:
