@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import aiayn
 from aiayn.convert.folder import export
 from aiayn.data import BPETokenizer, CharTokenizer, date_lines
+from aiayn.data.chat import DEFAULT_CHAT_TEMPLATE
 from aiayn.data.tokenizer import SPECIALS, is_char_tokenizers_json
 
 transformers = pytest.importorskip("transformers")
@@ -126,6 +127,6 @@ def test_a_bpe_run_s_tokenizer_goes_over_as_it_was(tmp_path):
     assert (out / "tokenizer.json").read_bytes() == (run / "tokenizer.json").read_bytes()
     assert json.loads((out / "tokenizer_config.json").read_text()) == {
         "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>",
-        "eos_token": "</s>", "padding_side": "left"}
+        "eos_token": "</s>", "padding_side": "left", "chat_template": DEFAULT_CHAT_TEMPLATE}  # aiayn serve's
     hf = transformers.AutoTokenizer.from_pretrained(out)
     assert all(hf(t)["input_ids"] == tok.encode(t) for t in LINES[:5])
