@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -40,6 +39,7 @@ from typing import Any
 import torch
 
 from aiayn import recipes
+from aiayn.benchmark.harness import machine
 from aiayn.benchmark.scripts import reviews, script_args, write_results
 from aiayn.evaluation.classification import confusion_matrix, precision_recall
 
@@ -161,8 +161,7 @@ def main(argv: list[str] | None = None) -> None:
             "recipe": args.pretraining, "steps": args.pretrain_steps, "mlm_accuracy": pretrain["mlm_accuracy"],
             "seconds": pretrain["seconds"]}},
         "ngram_logistic_regression": ngram, "minutes": round((time.perf_counter() - t0) / 60, 1),
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
-                    "torch": torch.__version__},
+        "machine": {**machine(), "threads": args.threads},
     })
 
 

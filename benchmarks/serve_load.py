@@ -60,6 +60,7 @@ import torch
 
 import aiayn
 from aiayn.benchmark.cases.common import small_transformer
+from aiayn.benchmark.harness import machine
 from aiayn.benchmark.scripts import script_args, write_results
 from aiayn.data.bpe import EOS, BPETokenizer
 from aiayn.data.synthetic import date_lines
@@ -390,7 +391,7 @@ def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
     target = {"clients": at, "throughput_ratio": round(ratio, 2), "p99_s": {"aiayn": mine["p99_s"],
                                                                            "transformers": theirs["p99_s"]},
               "met": ratio >= 2 and mine["p99_s"] <= theirs["p99_s"]}
-    return {"servers": found, "target": target, "load_average_1_5_15": list(os.getloadavg())}
+    return {"servers": found, "target": target, "load_average_1_5_15": list(os.getloadavg()), "machine": machine()}
 
 
 def rss_mib(pid: int) -> float:

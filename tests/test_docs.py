@@ -1,9 +1,11 @@
 """The walkthrough runs (CI executes it), its Chinese version has exactly the same code, and the Chinese
 README gives the same set-up commands as the English one."""
 
+import contextlib
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import tokenize
@@ -84,8 +86,15 @@ def test_the_coming_from_transformers_block_runs_as_it_stands(tmp_path):
         port = s.getsockname()[1]
     script = block.replace("--steps 300", "--steps 20").replace("8000", str(port))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run(["bash", "-ec", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=env, check=False)
+    # its own process group: if the block fails or hangs before `kill %1`, the server it started goes with it
+    proc = subprocess.Popen(["bash", "-ec", script], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     assert any(line.startswith("march 5th, 2019 =") for line in lines)  # transformers' generate, decoded
