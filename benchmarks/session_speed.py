@@ -10,7 +10,8 @@ the paper's base Transformer translating 16 sources, greedy and with 4 beams; th
 Llama-tiny at batch 16 and the base Transformer greedy. A round's figure for a tree is the fastest of its timed calls
 (what the code costs, less what other processes took from it on a shared machine; the median is kept too).
 Reported per case: seconds per call of each tree (median over rounds) and the ratio before / after per round, its
-lower quartile and median (>= 1: after is as fast).
+lower quartile and median (>= 1: after is as fast); and the ratio of the two sides' own lower quartiles (each tree's
+typical fast call: the pairs' noise does not widen it as it widens the per-round ratios' spread).
 
 ``--ops`` counts instead of timing (no noise): the Python function calls and the aten operators of one call of each
 case, from each tree (``session_ops.json``): whether the two trees do the same work, whatever the clock says.
@@ -129,12 +130,11 @@ def serve(cases: list[str]) -> None:
 def paired(trees: dict[str, str], cases: list[str], pairs: int, pause: float = 0.5) -> dict[str, dict]:
     """``case -> {side: [seconds per call]}`` from a worker per tree taking single calls in turn (module docstring)."""
     workers = {}
-    for side, src in trees.items():
-        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "2"}
-        workers[side] = subprocess.Popen([sys.executable, __file__, "--serve", ",".join(cases)], env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        for w in workers.values():  # both warm before any timing (a compiled case compiles here)
+        for side, src in trees.items():  # one at a time: a warm-up (which compiles, or times kernels) runs alone
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "2"}
+            workers[side] = w = subprocess.Popen([sys.executable, __file__, "--serve", ",".join(cases)], env=env,
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert w.stdout is not None and w.stdout.readline().strip() == "ready"
         times: dict[str, dict[str, list[float]]] = {c: {side: [] for side in trees} for c in cases}
         for p in range(pairs):
@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             "before_s": statistics.median(best["before"]), "after_s": statistics.median(best["after"]),
             "rounds": len(ratios), "ratio_lower_quartile": quartile(ratios), "ratio_median": statistics.median(ratios),
             "ratio_of_round_medians_lower_quartile": quartile(ratios_median),
+            "lower_quartiles_ratio": quartile(best["before"]) / quartile(best["after"]),  # each side's own
             "before_calls_s": sides["before"], "after_calls_s": sides["after"]}
         print(f"{case:36} before {result['cases'][case]['before_s']:.3f}s after {result['cases'][case]['after_s']:.3f}s"
               f"  before/after: lower quartile {result['cases'][case]['ratio_lower_quartile']:.3f}, median "

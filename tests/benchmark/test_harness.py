@@ -6,6 +6,7 @@ at toy sizes: it builds, and ours computes what the peer computes."""
 import dataclasses
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -339,8 +340,17 @@ def test_the_checks_compare_what_they_say():
 @pytest.mark.parity
 def test_run_bench_writes_results_a_plot_and_the_page(tmp_path):
     results, docs = tmp_path / "results", tmp_path / "docs" / "benchmarks.md"
-    out = run_bench(["decode-greedy", "scaling"], out=results, rounds=1, threads=1, quick=True, docs=docs, echo=None)
+    out = run_bench(["decode-greedy", "scaling"], out=results, rounds=2, threads=1, quick=True, docs=docs, echo=None)
     assert set(out) == {"decode-greedy", "scaling"}
+    greedy = out["decode-greedy"]  # each side timed in a worker process of its own (the default)
+    pids = greedy["processes"]
+    assert greedy["apart"] and set(pids) == set(greedy["sides"]) and len(set(pids.values())) == 2
+    assert os.getpid() not in pids.values()
+    for side in greedy["sides"].values():
+        assert len(side["seconds"]) == 2 and all(t > 0 for t in side["seconds"]) and side["peak_memory_bytes"] > 0
+    peer = greedy["peers"]["MarianMTModel.generate"]
+    assert peer["check"]["ok"] and peer["ratios"] == [
+        p / o for o, p in zip(greedy["sides"]["aiayn"]["seconds"], greedy["sides"]["MarianMTModel.generate"]["seconds"])]
     assert (results / "decode-greedy.json").is_file() and (results / "scaling.png").stat().st_size > 0
     saved = json.loads((results / "scaling.json").read_text())
     assert saved["quick"] and saved["machine"]["threads"] == 1 and saved["matmul_peak_flops"] > 0

@@ -78,14 +78,18 @@ def test_the_environment_and_use_force_a_kernel_or_the_rules(measuring, monkeypa
     with torch.no_grad():
         for how in ("linear", "swapped", "onednn"):
             monkeypatch.setenv("AIAYN_KERNELS", how)
+            kernels.forget()  # the variable is read once, again after forget()
             assert kernels.choose(x, w) == (how if kernels.applies(how, x, w, None) else "linear")
         monkeypatch.setenv("AIAYN_KERNELS", "rules")
+        assert kernels.mode() == "onednn"  # the variable is not read again before forget()
+        kernels.forget()
         assert kernels.choose(x, w) == kernels.rules(x, w, None)
         kernels.use("linear")  # over the environment
         assert kernels.choose(x, w) == "linear"
     assert not kernels.cache_file().exists()  # nothing was timed
     monkeypatch.setenv("AIAYN_KERNELS", "fastest")
     kernels.use(None)
+    kernels.forget()
     with pytest.raises(ValueError, match="AIAYN_KERNELS='fastest'"):
         kernels.choose(x, w)
     with pytest.raises(ValueError, match="use\\('quick'\\)"):
@@ -109,3 +113,44 @@ def test_a_compiled_step_s_products_are_timed_before_it_is_traced(measuring):
     assert torch.equal(gpt.generate(ids, max_new_tokens=4, compile=True), eager)
     saved = json.loads(kernels.cache_file().read_text())
     assert any(k.startswith("2-3|128|512|") for k in saved)  # the output layer, for the step's 2 rows
+
+
+def test_rows_fall_in_power_of_two_buckets():
+    assert [kernels.bucket(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 64, 128, 255, 256, 5000)] == [
+        "1", "2-3", "2-3", "4-7", "4-7", "8-15", "8-15", "16-31", "16-31", "32-63", "64-127", "128-255", "128-255",
+        "256+", "256+"]
+
+
+@pytest.mark.parametrize(("faster", "kept"), [(0.97, "rules"), (0.90, "other")])
+def test_a_near_tie_keeps_the_rules_choice(measuring, monkeypatch, faster, kept):
+    w, x = torch.randn(1024, 256), torch.randn(2, 256)
+    with torch.no_grad():
+        ruled = kernels.rules(x, w, None)
+    other = next(n for n in ("linear", "swapped", "onednn") if n != ruled and kernels.applies(n, x, w, None))
+    monkeypatch.setattr(kernels, "timings", lambda rows, weight, bias: {ruled: 1.0, other: faster})
+    with torch.no_grad():
+        assert kernels.choose(x, w) == (ruled if kept == "rules" else other)
+
+
+def test_timing_reads_weights_from_memory_not_the_cache(monkeypatch):
+    # each candidate is timed over copies of the matrix, cycled, that together outgrow the largest cache (at most
+    # MAX_COPIES of them): a model's weights come from memory, not from the cache a lone matrix would sit in
+    seen: dict[str, set[int]] = {"linear": set(), "swapped": set()}
+
+    def recorder(name):
+        def run(x, w, b):
+            seen[name].add(w.data_ptr())
+            return F.linear(x, w, b)
+        return run
+
+    monkeypatch.setattr(kernels, "CANDIDATES", {n: recorder(n) for n in seen})
+    w = torch.empty(256, 256)  # 256 KiB
+    times = kernels.timings(1, w, None)
+    assert set(times) <= set(seen) and "linear" in times
+    cold = kernels._cold_bytes()
+    assert cold >= 1 << 20
+    want = min(kernels.MAX_COPIES, -(-cold // (256 * 256 * 4)))
+    assert all(len(ptrs) == want for n, ptrs in seen.items() if n in times)
+    seen["linear"].clear()
+    kernels.timings(1, torch.empty(4096, 4096), None)  # 64 MiB: one copy is more than a cache
+    assert len(seen["linear"]) <= 2

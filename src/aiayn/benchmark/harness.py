@@ -1,4 +1,5 @@
-"""The benchmark harness: ours against one or more peers, side by side in one process.
+"""The benchmark harness: ours against one or more peers, side by side (in one process here; each side in a
+process of its own by :mod:`aiayn.benchmark.apart`, which ``aiayn bench`` uses).
 
 A :class:`Case` hands over *sides*, each a function of no arguments that does one unit of work (a training
 step, a forward pass, a generation), ours first, with what the unit is worth (tokens, images) and the result
@@ -122,6 +123,14 @@ class Case:
         names = [s.name for s in self.sides]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"case {self.name!r}: sides need distinct names, got {names}")
+
+    def about(self) -> dict[str, Any]:
+        """What :func:`summarize` reads of the case, as JSON (a worker process hands it to the parent: the sides'
+        names and memory kinds, the checks, the target, and the rest)."""
+        return {"name": self.name, "what": self.what, "units": self.units, "unit": self.unit,
+                "sides": [{"name": s.name, "torch_memory": s.torch_memory} for s in self.sides],
+                "checks": self.checks, "extra": self.extra,
+                "target": None if self.target is None else {"ratio": self.target.ratio, "mfu": self.target.mfu}}
 
 
 @dataclass(frozen=True)
@@ -292,25 +301,33 @@ def measure(case: Case, settings: Settings) -> dict[str, Any]:
         for side in case.sides[r % n:] + case.sides[: r % n]:  # A B, B A, ...: each side follows each other alike
             seconds[side.name].append(timed(side.run, device, settings.clock))
     memory = {s.name: peak_memory(s.run, device) for s in case.sides}
+    return summarize(case.about(), flops, seconds, memory, settings)
 
+
+def summarize(case: dict[str, Any], flops: float, seconds: dict[str, list[float]], memory: dict[str, int],
+              settings: Settings) -> dict[str, Any]:
+    """:func:`measure`'s dictionary from a case's :meth:`Case.about`, its FLOPs per unit, each side's seconds per
+    round and peak memory (also what :func:`aiayn.benchmark.apart.measure_apart` measured in worker processes)."""
+    names = [s["name"] for s in case["sides"]]
+    ours = names[0]
     sides: dict[str, dict[str, Any]] = {}
-    for s in case.sides:
-        median = statistics.median(seconds[s.name])
-        mfu_q1, mfu_q3 = quartiles([flops / t / settings.peak_flops for t in seconds[s.name]])
-        sides[s.name] = {"seconds": seconds[s.name], "median_s": median, "throughput": case.units / median,
-                         "mfu": flops / median / settings.peak_flops, "mfu_q1": mfu_q1, "mfu_q3": mfu_q3,
-                         "peak_memory_bytes": memory[s.name], "torch_memory": s.torch_memory}
-    target = None if case.target is None else {"ratio": case.target.ratio, "mfu": case.target.mfu}
+    for s in case["sides"]:
+        median = statistics.median(seconds[s["name"]])
+        mfu_q1, mfu_q3 = quartiles([flops / t / settings.peak_flops for t in seconds[s["name"]]])
+        sides[s["name"]] = {"seconds": seconds[s["name"]], "median_s": median, "throughput": case["units"] / median,
+                            "mfu": flops / median / settings.peak_flops, "mfu_q1": mfu_q1, "mfu_q3": mfu_q3,
+                            "peak_memory_bytes": memory[s["name"]], "torch_memory": s["torch_memory"]}
+    target = case["target"]
     peers = {}
-    for s in case.sides[1:]:
-        ratios = [peer / mine for mine, peer in zip(seconds[ours.name], seconds[s.name])]
+    for name in names[1:]:
+        ratios = [peer / mine for mine, peer in zip(seconds[ours], seconds[name])]
         q1, q3 = quartiles(ratios)
-        check = case.checks.get(s.name, {"what": "not checked", "ok": False})
-        peers[s.name] = {"ratios": ratios, "ratio": statistics.median(ratios), "ratio_q1": q1, "ratio_q3": q3,
-                         "check": check, "met": meets(target, q1, sides[ours.name]["mfu_q1"], check["ok"])}
-    return {"case": case.name, "kind": "comparison", "what": case.what, "ours": ours.name, "unit": case.unit,
-            "units": case.units, "flops": flops, "rounds": settings.rounds, "warmup": settings.warmup,
-            "sides": sides, "peers": peers, "target": target, "extra": case.extra}
+        check = case["checks"].get(name, {"what": "not checked", "ok": False})
+        peers[name] = {"ratios": ratios, "ratio": statistics.median(ratios), "ratio_q1": q1, "ratio_q3": q3,
+                       "check": check, "met": meets(target, q1, sides[ours]["mfu_q1"], check["ok"])}
+    return {"case": case["name"], "kind": "comparison", "what": case["what"], "ours": ours, "unit": case["unit"],
+            "units": case["units"], "flops": flops, "rounds": settings.rounds, "warmup": settings.warmup,
+            "sides": sides, "peers": peers, "target": target, "extra": case["extra"]}
 
 
 VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
@@ -373,6 +390,7 @@ __all__ = [
     "memory_bandwidth",
     "peak_memory",
     "quartiles",
+    "summarize",
     "synchronize",
     "timed",
     "verdict",

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from aiayn.benchmark import scaling
+from aiayn.benchmark.apart import measure_apart
 from aiayn.benchmark.cases import CASES
 from aiayn.benchmark.harness import (
     MIN_ROUNDS,
@@ -28,7 +29,8 @@ NAMES = [*CASES, "scaling"]
 
 def run_bench(names: list[str] | None = None, *, out: str | Path, rounds: int = MIN_ROUNDS,
               threads: int | None = None, quick: bool = False, docs: str | Path | None = None,
-              device: str = "cpu", warmup: int = 1, echo: Callable[[str], None] | None = print) -> dict[str, Any]:
+              device: str = "cpu", warmup: int = 1, apart: bool = True,
+              echo: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run benchmark cases and write ``out/<case>.json`` for each, then regenerate ``docs`` if given.
 
     Args:
@@ -42,6 +44,9 @@ def run_bench(names: list[str] | None = None, *, out: str | Path, rounds: int = 
             (:func:`~aiayn.benchmark.report.write_report`); ``None``, the default, writes no page.
         device: ``"cpu"`` or ``"cuda"``; float32 eager either way.
         warmup: untimed units per side before the rounds.
+        apart: each side in a worker process of its own (:func:`~aiayn.benchmark.apart.measure_apart`: no two
+            runtimes share a process); ``False`` times every side in this process
+            (:func:`~aiayn.benchmark.harness.measure`).
         echo: where progress lines go (``None``: nowhere).
 
     Returns:
@@ -71,11 +76,11 @@ def run_bench(names: list[str] | None = None, *, out: str | Path, rounds: int = 
                 result = scaling.run(settings, out)
             else:
                 try:
-                    case = CASES[name](quick, dev)
+                    result = (measure_apart(name, settings, threads) if apart
+                              else measure(CASES[name](quick, dev), settings))
                 except Unavailable as e:  # a peer not installed, a device it does not run on
                     say(f"{name}: skipped: {e}")
                     continue
-                result = measure(case, settings)
             result.update(quick=quick, machine=machine(dev), matmul_peak_flops=peak)
             path = write_result(result, out)
             results[name] = result

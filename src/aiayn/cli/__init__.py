@@ -195,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="run nothing: regenerate --docs from the results files in --out")
     b.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     b.add_argument("--quick", action="store_true", help="toy sizes: checks every case runs; measures nothing")
+    b.add_argument("--together", action="store_true",
+                   help="time every side in this one process (default: each side, ours and each peer, in a worker "
+                        "process of its own, so no runtime slows another)")
     b.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="float32 either way, eager unless the case is a compiled one")
 
@@ -533,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
                     _positive(parser, args, name)
             rounds = {} if args.rounds is None else {"rounds": args.rounds}
             run_bench(args.cases or None, out=args.out, threads=args.threads, quick=args.quick, docs=args.docs,
-                      device=args.device, **rounds)
+                      device=args.device, apart=not args.together, **rounds)
         elif args.command == "serve":
             from aiayn.cli import serve
 

@@ -5,11 +5,16 @@ A matrix product ``x W^T + b`` has three ways to be computed on a CPU here (:mod
 linear_few_rows`) and oneDNN's inner product (:func:`~aiayn.layers.fast.linear_onednn`). Which one wins depends on
 the CPU (AVX2 or AVX-512, Intel or AMD), the number of rows, the matrix and the threads: a choice tuned on one
 machine lost 2.3x on another. So each product's kernel is chosen by timing the candidates the first time a shape
-is seen (fresh random operands of that shape: rows rounded to a bucket of 1, 2-3, 4-15, 16-255 or 256+), and the
-choice is kept in memory and in a file per CPU and torch version, read back by every later process:
+is seen, and the choice is kept in memory and in a file per CPU and torch version, read back by every later process:
 
-    $AIAYN_CACHE_DIR (default $XDG_CACHE_HOME/aiayn, or ~/.cache/aiayn) / kernels / <cpu>-torch<version>.json
-        {"1|768|50257|bias|float32|2t": "onednn", "4-15|768|2304|bias|float32|2t": "linear", ...}
+    $AIAYN_CACHE_DIR (default $XDG_CACHE_HOME/aiayn, or ~/.cache/aiayn) / kernels / <cpu>-torch<version>-v2.json
+        {"1|768|50257|bias|float32|2t": "onednn", "8-15|768|2304|bias|float32|2t": "linear", ...}
+
+A shape is its matrix, bias, dtype, threads and its rows rounded to a power-of-two bucket (1, 2-3, 4-7, ..., 128-255,
+256+: the winner changes inside a wider one, swapped at 16 rows and ``F.linear`` at 64 on an AVX2 EPYC). It is timed
+as decoding runs it: with the rows of the call that first meets it, and with the weight read from memory, not from
+the cache (copies of it, cycled, larger together than the last-level cache: a model's weights outgrow the cache, and
+a hot-cache timing picked the wrong kernel for one row by a 768 x 3,072 matrix on the EPYC, 1.6x slower).
 
 How to choose, :func:`mode` (the environment variable ``AIAYN_KERNELS``, or :func:`use` in code):
 
@@ -30,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -44,25 +48,35 @@ from aiayn.layers import fast
 
 MODES = ("measure", "rules", "linear", "swapped", "onednn")
 MEASURE_MIN = 1 << 16  # weights: smaller products are cheap whichever kernel runs them, and too quick to time well
-ROUNDS = 5  # timings of each candidate, interleaved; the median is compared
-BUCKETS = ((1, "1"), (3, "2-3"), (15, "4-15"), (255, "16-255"))  # (most rows, name); more: "256+"
-ROWS = {"1": 1, "2-3": 2, "4-15": 8, "16-255": 64, "256+": 512}  # the rows a bucket is timed with
+ROUNDS = 5  # timings of each candidate, interleaved; the fastest of each is compared (the least disturbed)
+MARGIN = 0.05  # another kernel replaces the rules' choice when it is this much faster: a near-tie keeps the rules
+BUCKETS = ("1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128-255", "256+")  # by rows.bit_length()
+COLD_BYTES = 2 * (32 << 20)  # weights cycled through when timing, at least: twice a last-level cache (see _cold_bytes)
+MAX_COPIES = 64  # of one weight, cycled through when timing
 
 _forced: str | None = None  # use()'s choice, over the environment's
+_environment: str | None = None  # AIAYN_KERNELS as read at the first need (forget() reads it again)
 _table: dict[str, str] | None = None  # the choices, read from the file at the first need
+_seen: dict[tuple, str] = {}  # (rows' bucket, O, K, bias, dtype, threads) -> the table's choice: no string per call
 _lock = threading.Lock()
 
 
 def mode() -> str:
-    """How kernels are chosen now: :func:`use`'s, else ``AIAYN_KERNELS``, else ``"measure"``.
+    """How kernels are chosen now: :func:`use`'s, else ``AIAYN_KERNELS`` (read once: every product asks, and
+    :func:`forget` reads it again), else ``"measure"``.
 
     Raises:
         ValueError: ``AIAYN_KERNELS`` names no mode of :data:`MODES`.
     """
-    chosen = _forced or os.environ.get("AIAYN_KERNELS", "measure")
-    if chosen not in MODES:
-        raise ValueError(f"AIAYN_KERNELS={chosen!r}: expected one of {', '.join(MODES)}")
-    return chosen
+    global _environment
+    if _forced:
+        return _forced
+    if _environment is None:
+        chosen = os.environ.get("AIAYN_KERNELS", "measure")
+        if chosen not in MODES:
+            raise ValueError(f"AIAYN_KERNELS={chosen!r}: expected one of {', '.join(MODES)}")
+        _environment = chosen
+    return _environment
 
 
 def use(how: str | None) -> None:
@@ -79,7 +93,7 @@ def cache_file() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "aiayn")
     cpu = f"{_cpu_name()}|{torch.backends.cpu.get_cpu_capability()}"
     tag = hashlib.sha1(cpu.encode()).hexdigest()[:12]
-    return Path(root) / "kernels" / f"{tag}-torch{torch.__version__.replace('+', '_')}.json"
+    return Path(root) / "kernels" / f"{tag}-torch{torch.__version__.replace('+', '_')}-v2.json"
 
 
 def _cpu_name() -> str:
@@ -89,7 +103,8 @@ def _cpu_name() -> str:
 
 
 def bucket(rows: int) -> str:
-    return next((name for most, name in BUCKETS if rows <= most), "256+")
+    """The power-of-two bucket of ``rows`` (1, 2-3, 4-7, ... 128-255, 256+)."""
+    return BUCKETS[min(max(rows, 1).bit_length(), len(BUCKETS)) - 1]
 
 
 def key(rows: int, weight: Tensor, bias: Tensor | None) -> str:
@@ -132,11 +147,17 @@ def choose(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> str:
             or fast.needs_grad(x, weight, bias)):
         return rules(x, weight, bias)
     rows = fast._rows(x)
-    found = table().get(key(rows, weight, bias))
+    seen = (min(rows.bit_length(), len(BUCKETS)), *weight.shape, bias is not None, torch.get_num_threads())
+    found = _seen.get(seen)
     if found is None:
-        if fast._compiling():  # no timing inside a trace: prepare() times a compiled step's products first
-            return rules(x, weight, bias)
-        found = measure(rows, weight, bias)
+        found = table().get(key(rows, weight, bias))
+        if found is None:
+            if fast._compiling():  # no timing inside a trace: prepare() times a compiled step's products first
+                return rules(x, weight, bias)
+            found = measure(rows, weight, bias)
+        _seen[seen] = found
+    if found == "linear":  # applies everywhere: the common case asks nothing more
+        return found
     return found if applies(found, x, weight, bias) else rules(x, weight, bias)
 
 
@@ -154,9 +175,11 @@ def table() -> dict[str, str]:
 
 
 def forget() -> None:
-    """Drop the choices held in memory (the file is read again at the next need)."""
-    global _table
-    _table = None
+    """Drop the choices held in memory and the mode read from ``AIAYN_KERNELS`` (both are read again at the next
+    need)."""
+    global _table, _environment
+    _table = _environment = None
+    _seen.clear()
 
 
 CANDIDATES: dict[str, Callable[[Tensor, Tensor, Tensor | None], Tensor]] = {
@@ -164,36 +187,52 @@ CANDIDATES: dict[str, Callable[[Tensor, Tensor, Tensor | None], Tensor]] = {
 
 
 def timings(rows: int, weight: Tensor, bias: Tensor | None) -> dict[str, float]:
-    """Seconds per call of each candidate that applies, on random rows ``(rows, K)`` and ``weight``'s shape (the
-    median of :data:`ROUNDS` rounds, the candidates interleaved in each)."""
+    """Seconds per call of each candidate that applies, on random rows ``(rows, K)`` by copies of a random matrix of
+    ``weight``'s shape, cycled so that each call reads its weight from memory (:func:`_cold_bytes`), as a model too
+    large for the cache does; the fastest of :data:`ROUNDS` rounds (what another process took from a round is
+    not the kernel's), the candidates interleaved in each."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(bucket_rows(rows), weight.size(1), generator=gen)
+    x = torch.randn(rows, weight.size(1), generator=gen)
     w = torch.randn(weight.shape, generator=gen) / weight.size(1) ** 0.5  # a copy: the model's may be a view
+    copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
+    ws = [w] + [w.clone() for _ in range(copies - 1)]
     b = None if bias is None else torch.randn(bias.shape, generator=gen)
     with torch.no_grad():
         names = [n for n in CANDIDATES if applies(n, x, w, b)]
-        calls = max(1, min(20, int(2e8 // max(1, 2 * x.size(0) * w.numel()))))  # about 0.1 s a candidate at most
         seen: dict[str, list[float]] = {n: [] for n in names}
         for n in names:
             CANDIDATES[n](x, w, b)  # warm: first-call costs (oneDNN's primitive, pages)
         for _ in range(ROUNDS):
             for n in names:
                 start = time.perf_counter()
-                for _ in range(calls):
-                    CANDIDATES[n](x, w, b)
-                seen[n].append((time.perf_counter() - start) / calls)
-    return {n: statistics.median(t) for n, t in seen.items()}
+                for one in ws:
+                    CANDIDATES[n](x, one, b)
+                seen[n].append((time.perf_counter() - start) / len(ws))
+    return {n: min(t) for n, t in seen.items()}
 
 
-def bucket_rows(rows: int) -> int:
-    """The rows a product of ``rows`` rows is timed with: its bucket's."""
-    return ROWS[bucket(rows)]
+def _cold_bytes() -> int:
+    """Bytes of weights to cycle through so that none is still cached when read again: twice the last-level cache
+    this Linux reports (its largest), else :data:`COLD_BYTES`."""
+    sizes = []
+    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = size.read_text().strip().upper()
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+        except (OSError, ValueError):
+            continue
+    return 2 * max(sizes) if sizes else COLD_BYTES
 
 
 def measure(rows: int, weight: Tensor, bias: Tensor | None) -> str:
-    """Time the candidates for this shape (:func:`timings`), keep the fastest in memory and in the file."""
+    """Time the candidates for this shape (:func:`timings`), keep the fastest in memory and in the file: the
+    rules' choice unless another is :data:`MARGIN` faster (a near-tie is noise, and the rules were measured too)."""
     times = timings(rows, weight, bias)
     best = min(times, key=times.__getitem__)
+    with torch.no_grad():
+        ruled = rules(torch.empty(rows, weight.size(1)), weight, bias)
+    if ruled in times and times[best] > (1 - MARGIN) * times[ruled]:
+        best = ruled
     with _lock:
         table()[key(rows, weight, bias)] = best
         _save()
