@@ -26,9 +26,11 @@ for ``--soak`` seconds and records failed requests and the server's resident mem
 growth is measured from the end of the first minute (the warm-up). Writes ``benchmarks/results/serve_load.json``
 (the sweeps) or ``serve_soak.json`` (``--soak``).
 
-``--peer`` serves the language model exported to a Hugging Face folder (``aiayn.to_hf``: ``GPT2LMHeadModel`` and
-its tokenizer) by ``transformers serve`` (transformers 5, ``pip install "transformers[serving]"``), without and with
-``--continuous-batching`` (paged attention), and by ``aiayn serve`` eager and ``--compile`` (``--max-len 64``), one
+``--peer`` serves the language model (its vocabulary the tokenizer's 4,000 tokens, so every text is spelled)
+exported to a Hugging Face folder (``aiayn.to_hf``: ``GPT2LMHeadModel`` and its tokenizer) by ``transformers
+serve`` (transformers 5, ``pip install "transformers[serving]"``), without and with ``--continuous-batching``
+(paged attention), and by ``aiayn serve`` eager (``--max-batch`` of ``--peer-max-batch``, 64: as many rows as the
+most clients, as transformers' continuous batching takes) and ``--compile`` (``--max-len 64``, 16 slots), one
 server at a time, each on a free port of the loopback, with the same greedy ``/v1/completions`` requests (the same
 prompts, ``--new`` tokens each): throughput and p50/p99 latency at ``--peer-clients`` (1 4 16 64), and each
 server's texts for the same prompts compared with ``aiayn serve``'s (special tokens' text left out: ``transformers
@@ -98,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
                         "aiayn serve (eager, --compile) on the same exported folder, one at a time: serve_peer.json")
     p.add_argument("--peer-clients", type=int, nargs="+", default=[1, 4, 16, 64],
                    help="--peer's concurrent clients (default 1 4 16 64)")
+    p.add_argument("--peer-max-batch", type=int, default=64,
+                   help="--peer's eager aiayn serve --max-batch (default 64: the most clients, as transformers "
+                        "serve's continuous batching takes them all; the compiled server keeps 16, since it steps "
+                        "every slot)")
     p.add_argument("--rounds", type=int, default=5, help="--compile's alternating rounds (default 5)")
     p.add_argument("--max-len", type=int, default=64,
                    help="--compile's servers' --max-len (default 64; 0: the model's positions, into "
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.compile and args.rounds < 2:
         p.error(f"--rounds must be >= 2 (the ratio's lower quartile needs two), got {args.rounds}")
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
-        lm = lm_run(Path(tmp) / "lm", args.quick_models)
+        lm = lm_run(Path(tmp) / "lm", args.quick_models, tokenizer_vocabulary=args.peer)
         if args.compile:  # eager against compiled serving, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, **compiled(lm, args)}
             name = "serve_compile" + ("_tiny" if args.quick_models else "") + ("" if args.max_len else "_full")
@@ -152,9 +158,14 @@ def never_ending(model: torch.nn.Module, eos: int) -> None:
             generator.bias[eos] = -1e4
 
 
-def lm_run(folder: Path, quick: bool) -> Path:
+def lm_run(folder: Path, quick: bool, tokenizer_vocabulary: bool = False) -> Path:
+    """The language model's run folder: ``gpt2``'s shape (``quick``: a tiny one) with random weights and a BPE
+    tokenizer of 4,000 tokens. ``tokenizer_vocabulary``: the model's vocabulary is the tokenizer's (``--peer``,
+    whose texts are compared: with GPT-2's 50,257 rows the model picks ids the tokenizer cannot spell)."""
     tok = BPETokenizer.train(texts(4000, 0), vocab_size=300 if quick else 4000)
     small = {"d_model": 32, "n_layers": 2, "n_heads": 4, "vocab_size": 512, "max_len": 128} if quick else {}
+    if tokenizer_vocabulary:
+        small["vocab_size"] = len(tok)
     cfg = aiayn.preset("gpt2", eos_id=EOS, **small)  # the tokenizer's end-of-text, not GPT-2's 50256
     torch.manual_seed(0)
     model = aiayn.build(cfg)
@@ -365,7 +376,7 @@ def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
     prompts, checked = texts(256, 2), texts(8, 5)
     servers = {"transformers": lambda: transformers_serving(hf, args.threads, False),
                "transformers --continuous-batching": lambda: transformers_serving(hf, args.threads, True),
-               "aiayn": lambda: serving(hf, args.threads, 16),
+               "aiayn": lambda: serving(hf, args.threads, args.peer_max_batch),
                "aiayn --compile": lambda: serving(hf, args.threads, 16, compile=True, max_len=64)}
     found: dict[str, Any] = {}
     for name, start in servers.items():

@@ -349,8 +349,8 @@ def test_run_bench_writes_results_a_plot_and_the_page(tmp_path):
     for side in greedy["sides"].values():
         assert len(side["seconds"]) == 2 and all(t > 0 for t in side["seconds"]) and side["peak_memory_bytes"] > 0
     peer = greedy["peers"]["MarianMTModel.generate"]
-    assert peer["check"]["ok"] and peer["ratios"] == [
-        p / o for o, p in zip(greedy["sides"]["aiayn"]["seconds"], greedy["sides"]["MarianMTModel.generate"]["seconds"])]
+    ours, theirs = (greedy["sides"][s]["seconds"] for s in ("aiayn", "MarianMTModel.generate"))
+    assert peer["check"]["ok"] and peer["ratios"] == [p / o for o, p in zip(ours, theirs)]
     assert (results / "decode-greedy.json").is_file() and (results / "scaling.png").stat().st_size > 0
     saved = json.loads((results / "scaling.json").read_text())
     assert saved["quick"] and saved["machine"]["threads"] == 1 and saved["matmul_peak_flops"] > 0

@@ -569,3 +569,30 @@ def test_transfo_xl_eval_speed_quick_times_both_ways(tmp_path):
     result = json.loads((tmp_path / "r" / "transfo_xl_eval_speed.json").read_text())
     row = result["lengths"]["16"]
     assert row["vanilla_tokens_per_s"] > 0 and row["transformer-xl_tokens_per_s"] > 0 and row["speedup"] > 0
+
+
+def test_cpu_table_gives_a_column_per_machine_and_judges_by_the_lower_quartile(tmp_path):
+    table = load_script("cpu_table")
+
+    def result(folder, case, peer, ratio, q1, cpu, date, ok=True):
+        folder.mkdir(exist_ok=True)
+        (folder / f"{case}.json").write_text(json.dumps({
+            "kind": "comparison", "case": case, "quick": False,
+            "machine": {"cpu": cpu, "cpu_flags": ["avx2", "fma"], "date": date},
+            "peers": {peer: {"ratio": ratio, "ratio_q1": q1, "check": {"ok": ok}}}}))
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    result(one, "decode-greedy-ct2-compiled", "ctranslate2.Translator", 1.10, 1.02, "CPU A", "2026-12-01T10:00")
+    result(one, "gpt2-generate-ct2-compiled", "ctranslate2.Generator", 1.05, 0.98, "CPU A", "2026-12-02T10:00")
+    result(two, "decode-greedy-ct2-compiled", "ctranslate2.Translator", 1.20, 1.10, "CPU B", "2026-12-03T10:00",
+           ok=False)  # faster, but the outputs differed: not met
+    made = table.table([one, two]).splitlines()
+    assert made[0] == ("| target (their time over ours) | CPU A (avx2, fma; 2026-12-01 to 2026-12-02) | "
+                       "CPU B (avx2, fma; 2026-12-03) |")
+    greedy = next(line for line in made if line.startswith("| Marian-shaped greedy, 16 x 24"))
+    assert greedy.endswith("| 1.10x (1.02), met | 1.20x (1.10), missed |")
+    gpt2 = next(line for line in made if line.startswith("| GPT-2 124M greedy, batch 1"))
+    assert gpt2.endswith("| 1.05x (0.98), missed | not run |")
+    assert len(made) == 2 + len(table.ROWS)
+    text = f"before\n{table.BEGIN}\nold\n{table.END}\nafter"
+    assert table.with_table(text, "new") == f"before\n{table.BEGIN}\nnew\n{table.END}\nafter"

@@ -4,7 +4,7 @@ runtimes in one process.
 In one process, a peer's runtime can slow ours (and ours it) through what they share: the OpenMP runtime whose
 symbols a later library binds to (CTranslate2 did, 3-7x: ``benchmarks/ct2_interference.py``), thread pools that
 spin on after a call, the allocator. Fixing each such case leaves the class of them. So :func:`measure_apart` starts
-one worker process per side (``python -m aiayn.benchmark.apart``), one after the other, each building the case
+one worker process per side (:func:`worker`), one after the other, each building the case
 (:data:`~aiayn.benchmark.cases.CASES`: the same seed, the same random weights, the same correctness checks) and
 warming its own side alone; then the rounds alternate the sides as :func:`~aiayn.benchmark.harness.measure` does
 (each round starting one side later), each unit timed inside its worker, with a pause before each call so the
@@ -52,8 +52,9 @@ def measure_apart(name: str, settings: Settings, threads: int | None = None) -> 
     """
     threads = threads or torch.get_num_threads()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    args = [sys.executable, "-m", "aiayn.benchmark.apart", name, "--device", str(settings.device), "--threads",
-            str(threads), "--warmup", str(settings.warmup), *(["--quick"] if settings.quick else [])]
+    args = [sys.executable, "-c", "from aiayn.benchmark.apart import worker; worker()", name,
+            "--device", str(settings.device), "--threads", str(threads), "--warmup", str(settings.warmup),
+            *(["--quick"] if settings.quick else [])]
     workers: dict[str, subprocess.Popen] = {}
     try:
         first = _start(args + ["--side", "0"], env)  # ours: it also counts the FLOPs and says the sides
@@ -116,7 +117,7 @@ def worker(argv: list[str] | None = None) -> None:
     from aiayn.benchmark.cases import CASES
     from aiayn.benchmark.harness import Unavailable
 
-    p = argparse.ArgumentParser(prog="python -m aiayn.benchmark.apart")
+    p = argparse.ArgumentParser(prog="aiayn.benchmark.apart.worker")
     p.add_argument("case", choices=sorted(CASES))
     p.add_argument("--side", type=int, required=True, help="the side's index (0: ours)")
     p.add_argument("--device", default="cpu")
@@ -146,6 +147,3 @@ def worker(argv: list[str] | None = None) -> None:
         elif line.strip() == "memory":
             _say(out, {"value": peak_memory(side.run, device)})
 
-
-if __name__ == "__main__":
-    worker()

@@ -24,7 +24,8 @@ HEADER = f"""# Benchmarks
 
 Regenerated from `{{results}}/*.json` by `aiayn bench --out {{results}} --docs {{page}}`, run from
 {{where}} (`--report-only` rewrites the page alone from the files there); do not edit by hand.
-Every case runs ours and its peers in one process, float32 unless its name ends in `-int8`, eager unless it ends
+Every case runs ours and each peer in a process of its own (`aiayn.benchmark.apart`; results from before
+2026-12-07, and `--together`, in one process), float32 unless its name ends in `-int8`, eager unless it ends
 in `-compiled` (then ours decodes over a static cache with its step compiled, after a first call that compiles and
 is not timed), alternating
 (A B, then B A: each round starts one side later) after a warm-up, for {MIN_ROUNDS} or more timed rounds.

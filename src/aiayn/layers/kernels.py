@@ -23,8 +23,10 @@ How to choose, :func:`mode` (the environment variable ``AIAYN_KERNELS``, or :fun
     linear, swapped, onednn     force one kernel wherever it applies (F.linear where it does not)
 
 Only products worth timing are measured (a matrix of at least :data:`MEASURE_MIN` weights, float32, no gradient,
-on the CPU, outside ``torch.compile``'s tracing); the rest keep the rules. A compiled decode step reads the choices
-made before it is traced: :func:`prepare` times every ``Linear`` of a model for the rows it will step with.
+on the CPU); the rest keep the rules. So does a compiled step: there ``F.linear`` is inductor's own product, fused
+with what follows it, which an eager timing does not measure (the Marian-shaped greedy step with oneDNN's product
+where eager timing chose it ran at 0.85x the rules' on the AMD EPYC), and the lookup itself (the thread count) broke
+the graph at every product, decoding at half the eager speed.
 Each candidate computes the same product, to float rounding (``tests/layers/test_kernels.py``).
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out.
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from aiayn.layers import fast
 
@@ -57,7 +59,7 @@ MAX_COPIES = 64  # of one weight, cycled through when timing
 _forced: str | None = None  # use()'s choice, over the environment's
 _environment: str | None = None  # AIAYN_KERNELS as read at the first need (forget() reads it again)
 _table: dict[str, str] | None = None  # the choices, read from the file at the first need
-_seen: dict[tuple, str] = {}  # (rows' bucket, O, K, bias, dtype, threads) -> the table's choice: no string per call
+_seen: dict[tuple, str] = {}  # (rows' bucket, O, K, bias, threads) -> the table's choice: no string per call
 _lock = threading.Lock()
 
 
@@ -146,15 +148,13 @@ def choose(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> str:
     if (x.device.type != "cpu" or weight.dtype != torch.float32 or weight.numel() < MEASURE_MIN
             or fast.needs_grad(x, weight, bias)):
         return rules(x, weight, bias)
+    if fast._compiling():  # a compiled step keeps the rules: see the module docstring
+        return rules(x, weight, bias)
     rows = fast._rows(x)
     seen = (min(rows.bit_length(), len(BUCKETS)), *weight.shape, bias is not None, torch.get_num_threads())
     found = _seen.get(seen)
     if found is None:
-        found = table().get(key(rows, weight, bias))
-        if found is None:
-            if fast._compiling():  # no timing inside a trace: prepare() times a compiled step's products first
-                return rules(x, weight, bias)
-            found = measure(rows, weight, bias)
+        found = table().get(key(rows, weight, bias)) or measure(rows, weight, bias)
         _seen[seen] = found
     if found == "linear":  # applies everywhere: the common case asks nothing more
         return found
@@ -252,23 +252,5 @@ def _save() -> None:
         pass
 
 
-def prepare(model: nn.Module, rows: int) -> dict[str, str]:
-    """Measure, before a compiled step is traced, the kernel of every ``Linear`` of ``model`` for products of
-    ``rows`` rows (a decode step's batch); returns the choices by key. Nothing is timed unless :func:`mode` is
-    ``"measure"``."""
-    if mode() != "measure":
-        return {}
-    made = {}
-    for module in model.modules():
-        weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
-        if not isinstance(module, nn.Linear) or not isinstance(weight, Tensor) or weight.device.type != "cpu":
-            continue
-        if weight.dtype != torch.float32 or weight.numel() < MEASURE_MIN:
-            continue
-        k = key(rows, weight, bias)
-        made[k] = table().get(k) or measure(rows, weight, bias)
-    return made
-
-
 __all__ = ["CANDIDATES", "MEASURE_MIN", "MODES", "applies", "bucket", "cache_file", "choose", "forget", "key",
-           "measure", "mode", "prepare", "rules", "table", "timings", "use"]
+           "measure", "mode", "rules", "table", "timings", "use"]

@@ -30,7 +30,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.layers import kernels
 from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import StaticLayer
 
@@ -222,8 +221,6 @@ class StaticSession(Session):
         """A batch of ``batch`` rows starts: its column index, and (beams) the table of rows each reads."""
         self.index = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.batch = self.rows = batch
-        if self.compiled and self.device.type == "cpu":  # the products' kernels, timed before the step is traced
-            kernels.prepare(self.model, batch)
         if self.beams and BEAM_TABLE and self._table_allowed():
             rows = torch.arange(batch, device=self.device)
             self.read_from = rows[:, None].repeat(1, self.length + SPARE)  # (B, L + 1), a spare column too

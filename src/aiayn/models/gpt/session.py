@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from aiayn.layers import kernels
 from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import DecoderCache, StaticKVCache, StaticLayer, buffers
 from aiayn.layers.session import SPARE, Session, StaticSession, bucket, check_cache, compiled_step, narrow
@@ -423,8 +422,6 @@ class SlotSession(Slots):
         self.window = length + 1  # every column a row wrote
         if compile:
             opaque(model)
-            if device.type == "cpu":  # the products' kernels, timed before the step is traced
-                kernels.prepare(model, slots)
 
     @torch.no_grad()
     def _join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
