@@ -596,3 +596,7 @@ def test_cpu_table_gives_a_column_per_machine_and_judges_by_the_lower_quartile(t
     assert len(made) == 2 + len(table.ROWS)
     text = f"before\n{table.BEGIN}\nold\n{table.END}\nafter"
     assert table.with_table(text, "new") == f"before\n{table.BEGIN}\nnew\n{table.END}\nafter"
+
+
+def test_the_readme_s_per_cpu_table_is_what_the_results_files_give():
+    assert load_script("cpu_table").main(["--check"]) == 0  # else: python benchmarks/cpu_table.py --readme
