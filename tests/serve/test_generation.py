@@ -40,6 +40,19 @@ def test_text_holds_back_what_may_start_a_stop_string_and_cuts_at_it():
     assert "".join(free.add(ord(c)) for c in "abc") + free.rest() == "abc"  # no stop came: the held "c" comes out
 
 
+def test_text_ending_in_half_a_character_ends_as_the_tokenizer_decodes_it():
+    from tokenizers import Tokenizer, decoders, models
+
+    tok = Tokenizer(models.BPE(vocab={"a": 0, "Ã": 1, "©": 2, "Â": 3, "Ġ": 4}, merges=[]))
+    tok.decoder = decoders.ByteLevel()  # ids 1 and 2 are the bytes 0xC3 and 0xA9: together "é", alone U+FFFD
+    ids = [0, 1, 2, 1, 1]  # "a", "é", then two lone lead bytes
+    want = tok.decode(ids)
+    assert want == "aé\ufffd\ufffd"
+    text = Text(tok)
+    shown = "".join(text.add(i) for i in ids)
+    assert shown == "aé" and shown + text.rest() == want  # held while it may complete, all of it at the end
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["packed", "compiled-slots"])
 def test_rows_joining_and_leaving_at_step_boundaries_decode_as_each_alone(runs, compiled):
     p = aiayn.pipeline(runs["lm"], device="cpu")

@@ -78,8 +78,9 @@ class Text:
         return self._show(self.text[: len(self.text) - held])
 
     def rest(self) -> str:
-        """At the end without a stop string: what was held back."""
-        return "" if self.stopped else self._show(self.text.removesuffix("\ufffd"))
+        """At the end without a stop string: what was held back, so the whole text is ``tok.decode(ids)`` (an
+        unfinished character's bytes shown as U+FFFD, as ``tokenizers`` and transformers show them)."""
+        return "" if self.stopped else self._show(self.text)
 
     def _show(self, ready: str) -> str:
         piece = ready[len(self.shown):] if len(ready) > len(self.shown) else ""
