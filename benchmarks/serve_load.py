@@ -374,19 +374,21 @@ def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
     exported folder, one server at a time: the clients sweep of each, and their texts against aiayn's."""
     aiayn.to_hf(run, hf)
     prompts, checked = texts(256, 2), texts(8, 5)
+    batch = {"aiayn": args.peer_max_batch, "aiayn --compile": 16}  # --max-batch; transformers serve has none
     servers = {"transformers": lambda: transformers_serving(hf, args.threads, False),
                "transformers --continuous-batching": lambda: transformers_serving(hf, args.threads, True),
-               "aiayn": lambda: serving(hf, args.threads, args.peer_max_batch),
-               "aiayn --compile": lambda: serving(hf, args.threads, 16, compile=True, max_len=64)}
+               "aiayn": lambda: serving(hf, args.threads, batch["aiayn"]),
+               "aiayn --compile": lambda: serving(hf, args.threads, batch["aiayn --compile"], compile=True,
+                                                  max_len=64)}
     found: dict[str, Any] = {}
     for name, start in servers.items():
         model = str(hf) if name.startswith("transformers") else None
         print(f"{name}: tokens per second", flush=True)
         with start() as server:
             said = greedy_texts(server.url, checked, args.new, model)  # (also the warm-up)
-            by = {n: level(server.url, "completions", n, args.requests, args.new, prompts, 16, model=model)
-                  for n in args.peer_clients}
-        found[name] = {"texts": said, "by_clients": by}
+            by = {n: level(server.url, "completions", n, args.requests, args.new, prompts, batch.get(name, 0),
+                           model=model) for n in args.peer_clients}
+        found[name] = {"texts": said, "by_clients": by, "max_batch": batch.get(name)}
     def plain(said: list[str]) -> list[str]:  # transformers serve skips special tokens' text; aiayn spells <unk>
         return [re.sub(r"<unk>|<s>|</s>|<pad>", "", t) for t in said]
 
