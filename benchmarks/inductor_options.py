@@ -36,6 +36,8 @@ OPTIONS = {  # name -> inductor config set before the compile
     "default": {},
     "freezing": {"freezing": True},
     "max-autotune": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
+    "cpp-wrapper": {"cpp_wrapper": True},  # the compiled graph's calls made from C++, not Python
+    "freezing-cpp-wrapper": {"freezing": True, "cpp_wrapper": True},
 }
 CASES = {  # name -> (what, the probe's model and call)
     "marian-greedy": "Marian-shaped greedy translation, 16 x 24, 64 new",

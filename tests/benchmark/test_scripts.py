@@ -600,3 +600,14 @@ def test_cpu_table_gives_a_column_per_machine_and_judges_by_the_lower_quartile(t
 
 def test_the_readme_s_per_cpu_table_is_what_the_results_files_give():
     assert load_script("cpu_table").main(["--check"]) == 0  # else: python benchmarks/cpu_table.py --readme
+
+
+def test_packed_in_decoding_quick_alternates_both_ways_on_the_same_tokens(tmp_path):
+    from aiayn.layers import fast
+
+    run_script("packed_in_decoding", "--quick", "--cases", "marian-greedy", "gpt2-b16", "--out", tmp_path / "out",
+               cwd=tmp_path)
+    result = json.loads((tmp_path / "out" / "packed_in_decoding.json").read_text())
+    for row in result["cases"].values():
+        assert row["same_tokens"] and len(row["calls_s"]["packed"]) == len(row["calls_s"]["swapped"]) == 2
+        assert (row["packed_weights"] > 0) == (fast.SWAP_FEW_ROWS and fast._PACKABLE)  # AVX2 packs, others not

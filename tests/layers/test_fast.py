@@ -25,7 +25,7 @@ def refuse(*args, **kwargs):
 @pytest.mark.parametrize("swap", [True, False])  # AVX2's products, and every other CPU's
 def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(swap, monkeypatch):
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
-    for trick in ("linear_few_rows", "linear_onednn", "feedforward_no_grad"):
+    for trick in ("linear_few_rows", "linear_onednn", "linear_packed", "feedforward_no_grad"):
         monkeypatch.setattr(fast, trick, refuse)
     ff, x = FeedForward(8, 32), torch.randn(2, 3, 8)
     few, large = (torch.randn(4, 8), torch.randn(fast.ONEDNN_MIN // 8, 8))  # few rows; a large matrix
@@ -38,7 +38,7 @@ def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(swap, monkeyp
     with pytest.raises(AssertionError, match="fast path ran"), torch.no_grad():
         ff(x)
     with pytest.raises(AssertionError, match="fast path ran"), torch.no_grad():
-        linear(x[:, :1] if swap else x, large)  # oneDNN: one row on AVX2, any rows elsewhere
+        linear(x[:, :1] if swap else x, large)  # oneDNN (packed for few rows on AVX2)
     if swap:
         with pytest.raises(AssertionError, match="fast path ran"):
             linear(x, few)

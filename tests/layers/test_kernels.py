@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import aiayn
-from aiayn.layers import kernels
+from aiayn.layers import fast, kernels
 from aiayn.layers.linear import linear
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,12 +76,12 @@ def test_timings_pick_the_fastest_candidate_of_those_that_apply(measuring, monke
 def test_the_environment_and_use_force_a_kernel_or_the_rules(measuring, monkeypatch):
     x, w = torch.randn(1, 256), torch.randn(768, 256)
     with torch.no_grad():
-        for how in ("linear", "swapped", "onednn"):
+        for how in ("linear", "swapped", "onednn", "packed"):
             monkeypatch.setenv("AIAYN_KERNELS", how)
             kernels.forget()  # the variable is read once, again after forget()
             assert kernels.choose(x, w) == (how if kernels.applies(how, x, w, None) else "linear")
         monkeypatch.setenv("AIAYN_KERNELS", "rules")
-        assert kernels.mode() == "onednn"  # the variable is not read again before forget()
+        assert kernels.mode() == "packed"  # the variable is not read again before forget()
         kernels.forget()
         assert kernels.choose(x, w) == kernels.rules(x, w, None)
         kernels.use("linear")  # over the environment
@@ -169,3 +169,67 @@ def test_a_kernel_that_wins_one_timing_but_not_the_next_leaves_the_rules_choice(
     monkeypatch.setattr(kernels, "timings", lambda rows, weight, bias: next(said))
     with torch.no_grad():
         assert kernels.choose(x, w) == ruled
+
+
+needs_packing = pytest.mark.skipif(not fast._PACKABLE, reason="needs oneDNN's reorder of linear weights")
+
+
+@needs_packing
+def test_the_packed_kernel_reorders_a_weight_once_and_again_only_after_it_changes():
+    from aiayn.layers.linear import Linear
+
+    torch.manual_seed(0)
+    layer = Linear(256, 512)
+    x = torch.randn(16, 256)
+    calls = []
+    real = torch.ops.mkldnn._reorder_linear_weight
+    before = set(fast._packs)
+
+    def counted(w, rows):
+        calls.append(tuple(w.shape))
+        return real(w, rows)
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.ops.mkldnn, "_reorder_linear_weight", counted, raising=False)
+        for _ in range(3):  # the whole matrix and a view of its rows (attention's query rows): one copy each
+            torch.testing.assert_close(fast.linear_packed(x, layer.weight, layer.bias), layer(x), atol=1e-4, rtol=1e-4)
+            rows = layer.weight[128:384]
+            torch.testing.assert_close(fast.linear_packed(x, rows, None), x @ rows.t(), atol=1e-4, rtol=1e-4)
+        assert calls == [(512, 256), (256, 256)]
+        layer.weight.mul_(2)  # changed in place (an optimizer's step, load_state_dict): reordered again
+        torch.testing.assert_close(fast.linear_packed(x, layer.weight, None), x @ layer.weight.t(), atol=1e-4,
+                                   rtol=1e-4)
+        assert calls[-1] == (512, 256) and len(calls) == 3
+    mine = set(fast._packs) - before
+    assert len(mine) == 2
+    del layer, rows  # the copies go with the weight that owns them
+    assert not mine & set(fast._packs)
+
+
+@needs_packing
+def test_the_packed_kernel_never_applies_where_a_gradient_autocast_or_a_compile_is_wanted():
+    w, x = torch.randn(512, 256), torch.randn(4, 256)
+    with torch.no_grad():
+        assert kernels.applies("packed", x, w, None)
+        assert not kernels.applies("packed", x.double(), w.double(), None)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not kernels.applies("packed", x, w, None)
+    w.requires_grad_(True)
+    assert not kernels.applies("packed", x, w, None)
+
+
+@needs_packing
+def test_under_inference_mode_a_plain_weight_is_packed_and_one_made_there_takes_another_kernel(measuring):
+    # a server's worker decodes under torch.inference_mode: the weights it reads were made outside it, and count
+    # their changes; a tensor made inside has no version counter, so nothing could tell its copy was stale
+    from aiayn.layers.linear import Linear
+
+    torch.manual_seed(0)
+    layer, x = Linear(256, 512), torch.randn(16, 256)
+    with torch.inference_mode():
+        made_here = torch.randn(512, 256)
+        torch.testing.assert_close(fast.linear_packed(x, layer.weight[:300], None), x @ layer.weight[:300].t(),
+                                   atol=1e-4, rtol=1e-4)
+        assert not kernels.applies("packed", x, made_here, None)
+        torch.testing.assert_close(linear(x, made_here), x @ made_here.t(), atol=1e-4, rtol=1e-4)  # timed, then run
+        assert kernels.table()  # measured there: the timing's own operands are plain tensors

@@ -126,3 +126,31 @@ def test_slots_step_each_row_as_it_decodes_alone(static):
     assert c is not None and c in slots.free
     for slot, want in ((a, alone[0]), (b, alone[1]), (c, alone[2][:4])):
         torch.testing.assert_close(torch.stack(seen[slot]), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_servers_slots_measure_every_row_bucket_before_the_first_request(tmp_path, monkeypatch, static):
+    # measuring a shape's kernel takes up to seconds: met mid-serving, it stalls every row decoding then
+    from aiayn.layers import kernels
+
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    timed = []
+    monkeypatch.setattr(kernels, "measure", lambda rows, weight, bias: timed.append(kernels.bucket(rows)) or "linear")
+    torch.manual_seed(0)
+    model = aiayn.build(aiayn.preset("gpt-tiny", vocab_size=512, d_model=128, n_layers=1, max_len=40)).eval()
+    try:
+        kernels.use("rules")
+        model.slots(2, 40, static=static).warm()
+        assert timed == []  # the fixed rules: nothing to measure
+        kernels.use("measure")
+        kernels.forget()
+        slots = model.slots(2, 40, static=static)
+        slots.warm()
+        assert set(timed) == {"1", "2-3", "4-7", "8-15", "16-31", "32-63"}  # 1, 2, 4, ... 32 positions: length 40
+        timed.clear()
+        slots.join([[1, 2, 3], [4, 5]], [4, 4])
+        slots.step([0, 1], [7, 8])
+        assert timed == []  # the requests met no new shape
+    finally:
+        kernels.use(None)
+        kernels.forget()

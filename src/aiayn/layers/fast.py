@@ -13,6 +13,9 @@ time and memory of a whole run is in ``docs/benchmarks.md``, the timings of sing
                                                                   opaque op)
     :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows on AVX2 (decoding): the BLAS used the
                                                                   fast way round
+    :func:`linear_packed`          ``F.linear`` (Linear)          2 to 256 rows on AVX2, no gradient, eager:
+                                                                  oneDNN's inner product over the weight
+                                                                  reordered once into its blocked layout
     :func:`feedforward_no_grad`    ``FeedForward.forward``        no gradient: no hidden layer the size of the
                                                                   whole batch, so no fresh pages on every call
     :func:`window_attention`       ``SwinBlock``'s roll,          roll and partition as one gather; windows a
@@ -32,6 +35,8 @@ C channels, M window side, nW windows per image, T = M*M patches per window, hea
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -128,6 +133,60 @@ def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
         out = _onednn_op(flat, weight, bias)
     else:
         out = torch.ops.mkldnn._linear_pointwise(flat, weight.contiguous(), bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
+PACK_ROWS = 16  # the rows oneDNN's blocked layout is chosen for (a batch of decoding rows); any number works
+PACK_MIN = 1 << 19  # from this many weights (2 MiB, more than a core's L2) few rows on AVX2 take the packed product
+_PACKABLE = _ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+_packs: dict[tuple, tuple[weakref.ref, int, Tensor]] = {}  # where a weight lies -> (its owner, version, blocked copy)
+_packs_lock = threading.Lock()
+
+
+def packed_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
+    """Whether :func:`linear_packed` applies: a float32 CPU product that needs no gradient, outside autocast and
+    ``torch.compile`` (the blocked copy is made and checked in Python, per call), by a weight that counts its
+    changes (not one made under ``torch.inference_mode``, which has no version counter to say it changed)."""
+    return (_PACKABLE and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu") and not _compiling()
+            and not weight.is_inference())
+
+
+def packed_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
+    """Whether the rules give a product :func:`linear_packed`: where the swapped product would apply
+    (:func:`linear_suits`: few rows on AVX2, eager), to 2 rows or more (one row takes oneDNN's plain product or the
+    swapped one, as before: the packed one was no faster) by a matrix of at least :data:`PACK_MIN` weights, needing
+    no gradient. Measured inside decoding on the AVX2 EPYC (``benchmarks/packed_in_decoding.py``): GPT-2-shaped at
+    batch 16 ran faster with it; the Marian-shaped model's smaller matrices, which a cache holds, did not (its
+    8,000-token output layer did), hence :data:`PACK_MIN`."""
+    return (linear_suits(x, weight) and _rows(x) > 1 and weight.numel() >= PACK_MIN
+            and packed_suits(x, weight, bias))
+
+
+def packed_weight(weight: Tensor) -> Tensor:
+    """``weight`` ``(O, K)`` in oneDNN's blocked layout, made on first need and kept while the tensor that owns
+    its memory lives (a view, as ``Linear.rows`` passes, shares its owner's copy); made again when the weight
+    changes in place (an optimizer's step, ``load_state_dict``: its version counter moves). One copy of the
+    matrix more in memory, for each weight that takes this kernel."""
+    where = (weight.untyped_storage().data_ptr(), weight.storage_offset(), *weight.shape, *weight.stride())
+    owner = weight if weight._base is None else weight._base
+    held = _packs.get(where)
+    if held is not None and held[0]() is owner and held[1] == weight._version:
+        return held[2]
+    blocked = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACK_ROWS)
+    with _packs_lock:
+        if held is None or held[0]() is not owner:  # a new owner: its copies go when it does
+            weakref.finalize(owner, _packs.pop, where, None)
+        _packs[where] = (weakref.ref(owner), weight._version, blocked)
+    return blocked
+
+
+def linear_packed(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` by oneDNN's inner product over :func:`packed_weight` (:func:`packed_suits`):
+    without the reorder oneDNN makes of a plain matrix at every call (``benchmarks/linear_kernels.py --streamed``
+    times it beside the others); shapes as :func:`aiayn.layers.linear.linear`'s."""
+    flat = x.reshape(-1, x.size(-1))
+    out = torch.ops.mkldnn._linear_pointwise(flat, packed_weight(weight), bias, "none", [], "")
     return out.view(*x.shape[:-1], weight.size(0))
 
 

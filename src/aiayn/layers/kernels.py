@@ -1,13 +1,15 @@
 """Which kernel computes a CPU product fastest, chosen by measuring on the machine that runs it.
 
-A matrix product ``x W^T + b`` has three ways to be computed on a CPU here (:mod:`aiayn.layers.fast`): ``F.linear``
+A matrix product ``x W^T + b`` has four ways to be computed on a CPU here (:mod:`aiayn.layers.fast`): ``F.linear``
 (the BLAS's product: MKL's or OpenBLAS's), the swapped product ``(W x^T)^T`` (:func:`~aiayn.layers.fast.
-linear_few_rows`) and oneDNN's inner product (:func:`~aiayn.layers.fast.linear_onednn`). Which one wins depends on
+linear_few_rows`), oneDNN's inner product (:func:`~aiayn.layers.fast.linear_onednn`) and the same over the weight
+reordered once into oneDNN's blocked layout (:func:`~aiayn.layers.fast.linear_packed`, one more copy of each
+matrix that takes it: the rules give it the few rows of eager decoding on AVX2). Which one wins depends on
 the CPU (AVX2 or AVX-512, Intel or AMD), the number of rows, the matrix and the threads: a choice tuned on one
 machine lost 2.3x on another. So each product's kernel is chosen by timing the candidates the first time a shape
 is seen, and the choice is kept in memory and in a file per CPU and torch version, read back by every later process:
 
-    $AIAYN_CACHE_DIR (default $XDG_CACHE_HOME/aiayn, or ~/.cache/aiayn) / kernels / <cpu>-torch<version>-v2.json
+    $AIAYN_CACHE_DIR (default $XDG_CACHE_HOME/aiayn, or ~/.cache/aiayn) / kernels / <cpu>-torch<version>-v3.json
         {"1|768|50257|bias|float32|2t": "onednn", "8-15|768|2304|bias|float32|2t": "linear", ...}
 
 A shape is its matrix, bias, dtype, threads and its rows rounded to a power-of-two bucket (1, 2-3, 4-7, ..., 128-255,
@@ -20,7 +22,7 @@ How to choose, :func:`mode` (the environment variable ``AIAYN_KERNELS``, or :fun
 
     measure    (the default) time the candidates once per shape, keep the fastest
     rules      the fixed rules measured on two machines (:mod:`aiayn.layers.fast`'s, before this module)
-    linear, swapped, onednn     force one kernel wherever it applies (F.linear where it does not)
+    linear, swapped, onednn, packed     force one kernel wherever it applies (F.linear where it does not)
 
 Only products worth timing are measured (a matrix of at least :data:`MEASURE_MIN` weights, float32, no gradient,
 on the CPU); the rest keep the rules. So does a compiled step: there ``F.linear`` is inductor's own product, fused
@@ -48,7 +50,7 @@ from torch import Tensor
 
 from aiayn.layers import fast
 
-MODES = ("measure", "rules", "linear", "swapped", "onednn")
+MODES = ("measure", "rules", "linear", "swapped", "onednn", "packed")
 MEASURE_MIN = 1 << 16  # weights: smaller products are cheap whichever kernel runs them, and too quick to time well
 ROUNDS = 5  # timings of each candidate, interleaved; the fastest of each is compared (the least disturbed)
 MARGIN = 0.10  # another kernel replaces the rules' choice when it is this much faster, twice: else the rules'
@@ -95,7 +97,7 @@ def cache_file() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "aiayn")
     cpu = f"{_cpu_name()}|{torch.backends.cpu.get_cpu_capability()}"
     tag = hashlib.sha1(cpu.encode()).hexdigest()[:12]
-    return Path(root) / "kernels" / f"{tag}-torch{torch.__version__.replace('+', '_')}-v2.json"
+    return Path(root) / "kernels" / f"{tag}-torch{torch.__version__.replace('+', '_')}-v3.json"
 
 
 def _cpu_name() -> str:
@@ -116,10 +118,13 @@ def key(rows: int, weight: Tensor, bias: Tensor | None) -> str:
 
 
 def rules(x: Tensor, weight: Tensor, bias: Tensor | None) -> str:
-    """The fixed rules' kernel (:mod:`aiayn.layers.fast`): oneDNN where it suits, the swapped product for few rows on
-    AVX2, else ``F.linear``."""
+    """The fixed rules' kernel (:mod:`aiayn.layers.fast`): oneDNN where it suits, for few rows on AVX2 the packed
+    product (a matrix of :data:`~aiayn.layers.fast.PACK_MIN` weights or more, no gradient) or the swapped one, else
+    ``F.linear``."""
     if fast.onednn_suits(x, weight, bias):
         return "onednn"
+    if fast.packed_few_rows(x, weight, bias):
+        return "packed"
     if fast.linear_suits(x, weight):
         return "swapped"
     return "linear"
@@ -127,9 +132,11 @@ def rules(x: Tensor, weight: Tensor, bias: Tensor | None) -> str:
 
 def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """Whether kernel ``name`` can compute this product (each has its own conditions: oneDNN's op has no backward
-    and takes float32; the swapped product takes few rows, outside a trace)."""
+    and takes float32; the swapped product takes few rows, outside a trace; the packed one is oneDNN's, eager)."""
     if name == "linear":
         return True
+    if name == "packed":
+        return fast.packed_suits(x, weight, bias)
     cpu = x.device.type == "cpu" and x.dtype == weight.dtype
     if name == "swapped":
         return cpu and 0 < fast._rows(x) <= fast.FEW_ROWS and not fast._compiling()
@@ -138,8 +145,8 @@ def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 
 
 def choose(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> str:
-    """The kernel that computes ``x W^T + b``: ``"linear"``, ``"swapped"`` or ``"onednn"`` (see the module
-    docstring for how)."""
+    """The kernel that computes ``x W^T + b``: ``"linear"``, ``"swapped"``, ``"onednn"`` or ``"packed"`` (see the
+    module docstring for how)."""
     how = mode()
     if how == "rules":
         return rules(x, weight, bias)
@@ -183,7 +190,7 @@ def forget() -> None:
 
 
 CANDIDATES: dict[str, Callable[[Tensor, Tensor, Tensor | None], Tensor]] = {
-    "linear": F.linear, "swapped": fast.linear_few_rows, "onednn": fast.linear_onednn}
+    "linear": F.linear, "swapped": fast.linear_few_rows, "onednn": fast.linear_onednn, "packed": fast.linear_packed}
 
 
 def timings(rows: int, weight: Tensor, bias: Tensor | None) -> dict[str, float]:
@@ -192,16 +199,18 @@ def timings(rows: int, weight: Tensor, bias: Tensor | None) -> dict[str, float]:
     large for the cache does; the fastest of :data:`ROUNDS` rounds (what another process took from a round is
     not the kernel's), the candidates interleaved in each."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, weight.size(1), generator=gen)
-    w = torch.randn(weight.shape, generator=gen) / weight.size(1) ** 0.5  # a copy: the model's may be a view
-    copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
-    ws = [w] + [w.clone() for _ in range(copies - 1)]
-    b = None if bias is None else torch.randn(bias.shape, generator=gen)
+    with torch.inference_mode(False):  # plain tensors, as a model's weights are, even when a server's worker asks
+        x = torch.randn(rows, weight.size(1), generator=gen)
+        w = torch.randn(weight.shape, generator=gen) / weight.size(1) ** 0.5  # a copy: the model's may be a view
+        copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
+        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        b = None if bias is None else torch.randn(bias.shape, generator=gen)
     with torch.no_grad():
         names = [n for n in CANDIDATES if applies(n, x, w, b)]
         seen: dict[str, list[float]] = {n: [] for n in names}
         for n in names:
-            CANDIDATES[n](x, w, b)  # warm: first-call costs (oneDNN's primitive, pages)
+            for one in ws if n == "packed" else ws[:1]:  # warm: first-call costs (oneDNN's primitive, pages, the
+                CANDIDATES[n](x, one, b)  # blocked copies, made once in use too)
         for _ in range(ROUNDS):
             for n in names:
                 start = time.perf_counter()

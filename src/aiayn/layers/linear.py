@@ -1,7 +1,8 @@
 """``nn.Linear`` whose product takes the CPU fast path for the few rows of decoding.
 
 ``linear(x, W, b)`` is ``F.linear``: ``x W^T + b``. With :data:`aiayn.layers.fast.ENABLED` (the default), a
-CPU product may go to oneDNN's inner product (:func:`aiayn.layers.fast.linear_onednn`) or be computed swapped
+CPU product may go to oneDNN's inner product (:func:`aiayn.layers.fast.linear_onednn`, or
+:func:`aiayn.layers.fast.linear_packed` over a blocked copy of the weight) or be computed swapped
 (:func:`aiayn.layers.fast.linear_few_rows`): the same values, by the kernel that :mod:`aiayn.layers.kernels`
 measured fastest on this machine for that shape (or by its fixed rules, ``AIAYN_KERNELS=rules``).
 
@@ -34,6 +35,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             return fast.linear_onednn(x, weight, bias)
         if kernel == "swapped":
             return fast.linear_few_rows(x, weight, bias)
+        if kernel == "packed":
+            return fast.linear_packed(x, weight, bias)
     return F.linear(x, weight, bias)  # x W^T + b
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from aiayn.layers import kernels
 from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import DecoderCache, StaticKVCache, StaticLayer, buffers
 from aiayn.layers.session import SPARE, Session, StaticSession, bucket, check_cache, compiled_step, narrow
@@ -243,9 +244,17 @@ class Slots(abc.ABC):
         return slots, self._join(slots, prompts)
 
     def warm(self) -> None:
-        """Run what a compiled step compiles now, not at the first request (nothing here); call it on the thread
-        that will step."""
-        return  # an eager session compiles nothing
+        """Do now what the first requests would wait for; call it on the thread that will step. An eager session
+        compiles nothing, but under kernel measurement (``AIAYN_KERNELS=measure``, the default) each product's
+        kernel is timed the first time its rows' bucket is met (:mod:`aiayn.layers.kernels`: up to seconds a
+        shape, once per machine), which would stall the requests decoding then: a pass of the model over 1, 2, 4,
+        ... 256 positions (at most ``length``) meets every bucket a step or a prefill will."""
+        if kernels.mode() != "measure" or self.device.type != "cpu":
+            return
+        with torch.no_grad():
+            for n in (1 << i for i in range(len(kernels.BUCKETS))):
+                if n <= self.length:
+                    self.model(torch.zeros(1, n, dtype=torch.long, device=self.device))
 
     def leave(self, slot: int) -> None:
         """The row in ``slot`` ended (or was abandoned): the slot is free."""
@@ -443,7 +452,9 @@ class SlotSession(Slots):
         self.index[slot], self.live[slot], self.next[slot] = 0, 0, 0
 
     def warm(self) -> None:
-        """Run the step once (compiled now, not at the first request): call it on the thread that will step."""
+        """Run the step once (compiled now, not at the first request), after the eager prefill's kernels are
+        measured (:meth:`Slots.warm`): call it on the thread that will step."""
+        super().warm()
         with torch.no_grad():
             self._run(torch.zeros(self.slots, dtype=torch.long, device=self.device), 1)
 
