@@ -69,7 +69,7 @@ from aiayn.data.synthetic import date_lines
 from aiayn.defaults import SERVING
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUICK = {"new": 4, "requests": 2, "clients": [1, 4], "batches": [1, 4], "waits": [0, 10], "quick_models": True,
+QUICK = {"new": 4, "requests": 2, "clients": [1, 4], "batches": [4], "waits": [0], "quick_models": True,
          "soak": 0}
 WAIT = SERVING["max_wait_ms"]  # aiayn serve's default --max-wait-ms: every level but the waits sweep
 TIMEOUT = 120.0  # seconds any one request may take before it counts as failed
