@@ -611,3 +611,10 @@ def test_packed_in_decoding_quick_alternates_both_ways_on_the_same_tokens(tmp_pa
     for row in result["cases"].values():
         assert row["same_tokens"] and len(row["calls_s"]["packed"]) == len(row["calls_s"]["swapped"]) == 2
         assert (row["packed_weights"] > 0) == (fast.SWAP_FEW_ROWS and fast._PACKABLE)  # AVX2 packs, others not
+
+
+def test_packed_in_decoding_compile_quick_compares_the_swapped_product_with_f_linear(tmp_path):
+    run_script("packed_in_decoding", "--quick", "--compile", "--cases", "gpt2-b16", "--out", tmp_path / "out",
+               cwd=tmp_path)
+    row = json.loads((tmp_path / "out" / "compiled_few_rows.json").read_text())["cases"]["gpt2-b16"]
+    assert row["same_tokens"] and set(row["calls_s"]) == {"swapped", "F.linear"} and row["speedup_median"] > 0

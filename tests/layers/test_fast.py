@@ -46,6 +46,27 @@ def test_the_switch_off_takes_the_plain_paths_and_on_the_fast_ones(swap, monkeyp
         linear(x, few)  # F.linear: nothing to win on few rows by a small matrix
 
 
+def test_a_compiled_step_takes_the_swapped_product_from_two_rows_on_avx2(monkeypatch):
+    # inductor's own product (F.linear's layout) ran compiled AVX2 decoding at 16 rows 1.4x slower than the swapped
+    # one, and beam search's 64 rows 1.2x faster; one row keeps it
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", True)
+    monkeypatch.setattr(fast, "_compiling", lambda: True)
+    w = torch.randn(4, 8)
+    assert fast.linear_suits(torch.randn(2, 8), w) and fast.linear_suits(torch.randn(fast.COMPILED_FEW_ROWS, 8), w)
+    assert not fast.linear_suits(torch.randn(1, 8), w)  # one row: F.linear, as before
+    assert not fast.linear_suits(torch.randn(fast.COMPILED_FEW_ROWS + 1, 8), w)  # beam search's 64: F.linear
+    monkeypatch.setattr(fast, "COMPILED_FEW_ROWS", 0)  # the switch the benchmark turns
+    assert not fast.linear_suits(torch.randn(2, 8), w)
+
+
+def test_a_compiled_few_rows_step_computes_the_eager_product():
+    torch.manual_seed(0)
+    layer, x = Linear(24, 40), torch.randn(3, 5, 24)
+    compiled = torch.compile(layer, dynamic=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias), atol=1e-5, rtol=1e-5)
+
+
 def test_the_fast_linear_is_left_to_f_linear_where_it_does_not_suit(monkeypatch):
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", True)
     w = torch.randn(4, 8)
@@ -149,10 +170,9 @@ def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activ
 
 
 @pytest.mark.parametrize(("swap", "min_rows"), [(True, 4), (False, 4), (False, 1)])
-def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the_compiler(swap, min_rows,
-                                                                                          monkeypatch):
+def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_avx2(swap, min_rows, monkeypatch):
     # inductor lowers oneDNN's op only for weights its freezing packed, and its own product ran slower: the
-    # oneDNN product goes in as the custom op aiayn::linear_onednn; the swapped few-rows product is eager's trick
+    # oneDNN product goes in as the custom op aiayn::linear_onednn; on AVX2 2 to COMPILED_FEW_ROWS rows are swapped
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
     torch._dynamo.reset()
@@ -171,12 +191,14 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_left_to_the
             torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
         onednn = fast._ONEDNN and (rows == 1 if swap else rows >= fast.ONEDNN_MIN_ROWS)
         assert any("linear_onednn" in op for op in ops) == onednn, ops
-        assert not any("addmm" in op for op in ops), ops  # never the swapped product under the compiler
-    small = Linear(64, 64)  # below ONEDNN_MIN: F.linear's own op
+        swapped = swap and 1 < rows <= fast.COMPILED_FEW_ROWS  # (W x^T)^T: addmm, where F.linear is linear
+        assert any("addmm" in op for op in ops) == swapped, ops
+    small = Linear(64, 64)  # below ONEDNN_MIN: F.linear's own op, or swapped on AVX2
     ops.clear()
     with torch.no_grad():
         torch.compile(small, backend=backend)(torch.randn(3, 64))
-    assert ops and not any("onednn" in op or "addmm" in op for op in ops), ops
+    assert ops and not any("onednn" in op for op in ops), ops
+    assert any("addmm" in op for op in ops) == swap, ops
 
 
 def test_the_fewest_rows_onednn_takes_follow_the_cpus_vendor():

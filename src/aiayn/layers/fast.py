@@ -94,8 +94,8 @@ def _rows(x: Tensor) -> int:
 
 
 def _compiling() -> bool:
-    """Under ``torch.compile`` the few-rows product is left to the compiler; oneDNN's goes in as an opaque op
-    (:func:`linear_onednn`)."""
+    """Under ``torch.compile`` oneDNN's product goes in as an opaque op (:func:`linear_onednn`), the swapped one
+    as the operations it is (from 2 rows) and the packed one not at all."""
     return torch.compiler.is_compiling()
 
 
@@ -136,6 +136,7 @@ def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
     return out.view(*x.shape[:-1], weight.size(0))
 
 
+COMPILED_FEW_ROWS = 32  # a compiled step takes the swapped product for 2 to this many rows (0: never; linear_suits)
 PACK_ROWS = 16  # the rows oneDNN's blocked layout is chosen for (a batch of decoding rows); any number works
 PACK_MIN = 1 << 19  # from this many weights (2 MiB, more than a core's L2) few rows on AVX2 take the packed product
 _PACKABLE = _ONEDNN and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
@@ -192,11 +193,14 @@ def linear_packed(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
 
 def linear_suits(x: Tensor, weight: Tensor) -> bool:
     """Whether :func:`linear_few_rows` applies: on an AVX2 CPU (:data:`SWAP_FEW_ROWS`), 1 to ``FEW_ROWS`` rows,
-    ``x`` and ``weight`` of one dtype (else autocast or an error is ``F.linear``'s to handle), not under
-    ``torch.compile``."""
+    ``x`` and ``weight`` of one dtype (else autocast or an error is ``F.linear``'s to handle); under
+    ``torch.compile`` only 2 to :data:`COMPILED_FEW_ROWS` rows: with inductor's own product (``F.linear``'s
+    layout) the AMD EPYC's compiled Marian-shaped greedy step (16 rows) took 1.13x the time it takes with the
+    swapped one and GPT-2's at batch 16 1.31x, but beam 4's (64 rows) 0.82x (``benchmarks/packed_in_decoding.py
+    --compile``: ``amd-epyc/compiled_few_rows.json``, ``..._beam_64_rows.json``); one row keeps it as before."""
     rows = _rows(x)
     return (SWAP_FEW_ROWS and x.device.type == "cpu" and 0 < rows <= FEW_ROWS and x.dtype == weight.dtype
-            and not _compiling())
+            and (1 < rows <= COMPILED_FEW_ROWS or not _compiling()))
 
 
 def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

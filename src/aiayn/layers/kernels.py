@@ -139,7 +139,8 @@ def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
         return fast.packed_suits(x, weight, bias)
     cpu = x.device.type == "cpu" and x.dtype == weight.dtype
     if name == "swapped":
-        return cpu and 0 < fast._rows(x) <= fast.FEW_ROWS and not fast._compiling()
+        rows = fast._rows(x)
+        return cpu and 0 < rows <= fast.FEW_ROWS and (1 < rows <= fast.COMPILED_FEW_ROWS or not fast._compiling())
     return (cpu and fast._ONEDNN and x.dtype == torch.float32 and not fast.needs_grad(x, weight, bias)
             and not torch.is_autocast_enabled("cpu"))
 
