@@ -46,22 +46,23 @@ def _case(name: str):  # -> (model, call)
     import aiayn
 
     torch.manual_seed(0)
+    new = int(os.environ.get("SESSION_SPEED_NEW_TOKENS", "64"))  # --new-tokens, handed to the workers
     if name.startswith("gpt2"):
         model = aiayn.build(aiayn.preset("gpt2", dropout=0.0, attention_dropout=0.0, eos_id=None)).eval()
         ids = torch.randint(0, 50257, (1, 16))
-        return lambda: model.generate(ids, max_new_tokens=64, do_sample=False)
+        return lambda: model.generate(ids, max_new_tokens=new, do_sample=False)
     if name.startswith("llama-tiny"):
         model = aiayn.build(aiayn.preset("llama-tiny", vocab_size=512, max_len=256, eos_id=None)).eval()
         ids = torch.randint(0, 512, (16, 24))
         compiled = name.endswith("compiled")
-        return lambda: model.generate(ids, max_new_tokens=64, do_sample=False, compile=compiled)
+        return lambda: model.generate(ids, max_new_tokens=new, do_sample=False, compile=compiled)
     model = aiayn.build(aiayn.preset("transformer-base", src_vocab_size=8000, tgt_vocab_size=8000,
                                      dropout=0.0)).eval()
     model.generator.bias.data[model.cfg.eos_id] = -1e4  # no row ends early: every case decodes its whole length
     src = torch.randint(4, 8000, (16 if "greedy" in name else 2, 24))
     beams = 4 if "beam" in name else 1
     compiled = name.endswith("compiled")
-    return lambda: model.generate(src, max_new_tokens=32, num_beams=beams, compile=compiled)
+    return lambda: model.generate(src, max_new_tokens=new // 2, num_beams=beams, compile=compiled)
 
 
 def warmed(cases: list[str]) -> dict:
@@ -175,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", default=",".join(EAGER + COMPILED), help="the cases, comma-separated")
     parser.add_argument("--paired", type=int, default=0,
                         help="time N pairs of single calls from two workers that stay up, instead of rounds")
+    parser.add_argument("--new-tokens", type=int, default=64,
+                        help="tokens each LM case makes, half that each translation (default 64)")
     parser.add_argument("--ops", action="store_true", help="count each tree's Python calls and aten operators")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
@@ -188,10 +191,12 @@ def main(argv: list[str] | None = None) -> None:
         return count_ops(parser.parse_args(argv).count.split(","))
     from aiayn.benchmark.scripts import script_args, write_results
 
-    args = script_args(parser, argv, {"rounds": 1, "compiled_rounds": 0, "reps": 1, "cases": "llama-tiny-b16"},
+    args = script_args(parser, argv, {"rounds": 1, "compiled_rounds": 0, "reps": 1, "cases": "llama-tiny-b16",
+                                        "new_tokens": 8},
                        "session_speed", results=RESULTS)
     chosen = args.cases.split(",")
     trees = {"before": args.before, "after": args.after}
+    os.environ["SESSION_SPEED_NEW_TOKENS"] = str(args.new_tokens)  # every worker's environment is made from this
     if args.ops:
         counted = {}
         for side, src in trees.items():
@@ -206,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         from aiayn.benchmark.harness import machine
 
         write_results(args.out, "session_ops", {"machine": machine(), "before": args.before, "after": args.after,
+                                                "new_tokens": args.new_tokens,
                                                 "cases": rows})
         return None
     times: dict[str, dict[str, list[list[float]]]] = {case: {"before": [], "after": []} for case in chosen}
@@ -232,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, IndexError):
         flags = []
     result: dict = {"machine": machine(), "threads": 2, "before": args.before, "after": args.after,
+                    "new_tokens": args.new_tokens,
                     "method": f"{args.paired} pairs of single calls" if args.paired else
                     f"rounds of processes, the fastest of {args.reps} calls each",
                     "cpu_flags": {f: f in flags for f in ("avx2", "avx512f", "amx_tile", "avx512_vnni", "avx_vnni")},

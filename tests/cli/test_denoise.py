@@ -40,15 +40,16 @@ def test_split_sentences_keeps_the_text_and_the_token_budget():
 
 
 def test_a_short_denoising_run_learns_to_reconstruct(tmp_path):
-    result = recipes.train("denoise", steps=150, eval_every=75, n_train=3000, n_test=100, out=str(tmp_path),
-                           progress=False, verbose=False)
+    result = recipes.train("denoise", steps=150, eval_every=75, batch_size=32, n_train=3000, n_test=100,
+                           out=str(tmp_path), progress=False, verbose=False)
     first, last = result["validation"]
     assert last["val_loss"] < first["val_loss"]
     s = result["samples"][0]
     assert "<mask>" in s["corrupted"] and "<mask>" not in s["original"]
     # Baseline: copying the corrupted input as it is, which puts 42-44% of the tokens in place. Seeds 0, 1, 2
-    # put 70%, 74%, 71% in place (27-30 points above copying) after 150 updates; 15 points leaves room for all.
-    assert result["token_accuracy"] >= result["copy_accuracy"] + 0.15
+    # put 67%, 63%, 65% in place (25, 19 and 22 points above copying) after 150 updates of 32 lines; 12 points
+    # leaves room for all.
+    assert result["token_accuracy"] >= result["copy_accuracy"] + 0.12
     assert {"model.safetensors", "tokenizer.json", "args.json", "train_state.safetensors"} <= {
         p.name for p in result["run"].iterdir()}
 
