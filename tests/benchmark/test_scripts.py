@@ -618,3 +618,9 @@ def test_packed_in_decoding_compile_quick_compares_the_swapped_product_with_f_li
                cwd=tmp_path)
     row = json.loads((tmp_path / "out" / "compiled_few_rows.json").read_text())["cases"]["gpt2-b16"]
     assert row["same_tokens"] and set(row["calls_s"]) == {"swapped", "F.linear"} and row["speedup_median"] > 0
+
+
+def test_op_overhead_quick_times_each_registration_around_the_same_kernel(tmp_path):
+    run_script("op_overhead", "--quick", "--out", tmp_path / "out", cwd=tmp_path)
+    cases = json.loads((tmp_path / "out" / "op_overhead.json").read_text())["us_per_call"]
+    assert len(cases) == 2 and all(len(ways) == 3 and all(t > 0 for t in ways.values()) for ways in cases.values())

@@ -109,8 +109,25 @@ def onednn_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
-@torch.library.custom_op("aiayn::linear_onednn", mutates_args=())
-def _onednn_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+_LIBRARY = torch.library.Library("aiayn", "DEF")  # the package's own ops (cpu_op)
+
+
+def cpu_op(schema: str, kernel: Callable[..., Tensor], fake: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``kernel`` as the op ``aiayn::<name>`` of ``schema`` (``"name(Tensor x, int n) -> Tensor"``), which
+    ``torch.compile`` calls as it stands (an opaque step of its graph); ``fake`` gives its output's shape from
+    the inputs' (what tracing needs). For ops that take no gradient: it is registered at the dispatcher's CPU key
+    directly. ``torch.library.custom_op`` wraps each call in Python (autograd, aliasing checks): around a one-row
+    int8 product by a 3,072 x 768 matrix it took 210 us a call where this took 169 and the kernel alone 138, on the
+    AMD EPYC (``benchmarks/op_overhead.py``, ``docs/kernels.md``); a decode step calls one per product. Returns
+    the op."""
+    name = schema.split("(", 1)[0]
+    _LIBRARY.define(schema)
+    _LIBRARY.impl(name, kernel, "CPU")
+    torch.library.register_fake(f"aiayn::{name}", fake, lib=_LIBRARY)
+    return getattr(torch.ops.aiayn, name).default
+
+
+def _onednn_kernel(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """oneDNN's inner product ``(N, K)`` by ``(O, K)`` as an op ``torch.compile`` calls as it stands: inductor
     lowers ``mkldnn._linear_pointwise`` only for the weights its freezing packed (constants, which a model trained
     further would leave stale), and its own product ran GPT-2's decoding at 0.64x this one when one row took oneDNN's
@@ -118,16 +135,15 @@ def _onednn_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight.contiguous(), bias, "none", [], "")
 
 
-@_onednn_op.register_fake
-def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    return x.new_empty(x.size(0), weight.size(0))
+_onednn_op = cpu_op("linear_onednn(Tensor x, Tensor weight, Tensor? bias) -> Tensor", _onednn_kernel,
+                    lambda x, weight, bias: x.new_empty(x.size(0), weight.size(0)))
 
 
 def linear_onednn(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` by oneDNN's inner product (:func:`onednn_suits`), which streams a large
     matrix faster than the BLAS's product where it applies; shapes as :func:`aiayn.layers.linear.linear`'s
     (``(..., K)`` by ``(O, K)`` gives a contiguous ``(..., O)``). Under ``torch.compile`` through
-    :func:`_onednn_op` (eager PyTorch calls the kernel directly: the custom op's dispatch costs microseconds)."""
+    :func:`_onednn_op` (eager PyTorch calls the kernel directly: the op's dispatch costs microseconds)."""
     flat = x.reshape(-1, x.size(-1))
     if _compiling():
         out = _onednn_op(flat, weight, bias)

@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.layers.embedding import Embedding
+from aiayn.layers.fast import cpu_op
 
 REDUCE_RANGE = True  # 7-bit activations: no int16 saturation in fbgemm's AVX2 kernel, the same result everywhere
 OUTLIER = 6.0  # input channels beyond this magnitude multiply in float32 (LLM.int8's threshold)
@@ -265,7 +266,6 @@ _OPAQUE: weakref.WeakValueDictionary[int, _Opaque] = weakref.WeakValueDictionary
 _keys = itertools.count()
 
 
-@torch.library.custom_op("aiayn::int8_rows", mutates_args=())
 def _int8_rows(x: Tensor, key: Tensor, start: int, stop: int) -> Tensor:
     """The product of ``x`` ``(..., K)`` by the int8 rows ``start:stop`` of the layer :func:`opaque` registered as
     ``key`` (a 0-dim tensor), one operation to ``torch.compile`` -> ``(..., stop - start)``."""
@@ -275,9 +275,8 @@ def _int8_rows(x: Tensor, key: Tensor, start: int, stop: int) -> Tensor:
     return layer._rows(x, start, stop)
 
 
-@_int8_rows.register_fake
-def _(x: Tensor, key: Tensor, start: int, stop: int) -> Tensor:
-    return x.new_empty((*x.shape[:-1], stop - start))
+cpu_op("int8_rows(Tensor x, Tensor key, int start, int stop) -> Tensor", _int8_rows,
+       lambda x, key, start, stop: x.new_empty((*x.shape[:-1], stop - start)))
 
 
 def opaque(model: nn.Module) -> nn.Module:
