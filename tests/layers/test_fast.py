@@ -207,3 +207,17 @@ def test_the_fewest_rows_onednn_takes_follow_the_cpus_vendor():
     assert vendor in ("GenuineIntel", "AuthenticAMD") or platform.machine() not in ("x86_64", "AMD64")
     expected = 4 if vendor == "GenuineIntel" else 1
     assert expected == fast.ONEDNN_MIN_ROWS
+
+
+@pytest.mark.skipif(not fast._ONEDNN, reason="needs oneDNN")
+def test_cpu_op_registers_the_kernel_and_its_shape_for_tracing():
+    # fast.cpu_op puts the kernel at the dispatcher's CPU key and the shape rule at fake tensors: the op called
+    # directly computes F.linear's product, and on the meta device it gives the shape alone
+    x, w, b = torch.randn(3, 16), torch.randn(24, 16), torch.randn(24)
+    torch.testing.assert_close(torch.ops.aiayn.linear_onednn(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.ops.aiayn.linear_onednn(x, w, None), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        out = torch.ops.aiayn.linear_onednn(mode.from_tensor(x), mode.from_tensor(w), None)
+    assert out.shape == (3, 24)
