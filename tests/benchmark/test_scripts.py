@@ -624,3 +624,12 @@ def test_op_overhead_quick_times_each_registration_around_the_same_kernel(tmp_pa
     run_script("op_overhead", "--quick", "--out", tmp_path / "out", cwd=tmp_path)
     cases = json.loads((tmp_path / "out" / "op_overhead.json").read_text())["us_per_call"]
     assert len(cases) == 2 and all(len(ways) == 3 and all(t > 0 for t in ways.values()) for ways in cases.values())
+
+
+def test_reduced_products_quick_times_both_ways_for_both_precisions(tmp_path):
+    run_script("reduced_products", "--quick", "--out", tmp_path / "out", cwd=tmp_path)
+    got = json.loads((tmp_path / "out" / "reduced_products.json").read_text())
+    assert got["products"] > 0 and len(got["ms"]) == 6
+    for row in got["ms"].values():
+        assert row["rules"] > 0 and row["reduced"] > 0 and row["ratio"] > 0
+    assert got["ms"]["float32, generation, ms per token"]["same_tokens"]  # float32: the same product, to rounding

@@ -175,6 +175,7 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
     # oneDNN product goes in as the custom op aiayn::linear_onednn; on AVX2 2 to COMPILED_FEW_ROWS rows are swapped
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)  # the rule before it (its own test follows)
     torch._dynamo.reset()
     ops = []
 
@@ -199,6 +200,53 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
         torch.compile(small, backend=backend)(torch.randn(3, 64))
     assert ops and not any("onednn" in op for op in ops), ops
     assert any("addmm" in op for op in ops) == swap, ops
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_compiled_step_multiplies_one_row_as_inductors_own_multiply_and_sum(bias, monkeypatch):
+    # REDUCE_ONE_ROW (AVX2's default): one row by any matrix is the multiply-and-sum, no library product in the
+    # graph (inductor writes the kernel); two rows keep the products before it; the values are F.linear's
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
+    monkeypatch.setattr(fast, "SWAP_FEW_ROWS", True)
+    torch._dynamo.reset()
+    ops = []
+
+    def backend(graph, inputs):
+        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    torch.manual_seed(0)
+    for layer in (Linear(1024, 1024, bias=bias), Linear(24, 40, bias=bias)):  # above and below ONEDNN_MIN
+        for shape, one_row in (((1, 1, layer.in_features), True), ((2, layer.in_features), False)):
+            ops.clear()
+            x = torch.randn(shape)
+            with torch.no_grad():
+                got = torch.compile(layer, backend=backend, dynamic=False)(x)
+                torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-4)
+                assert got.shape == (*shape[:-1], layer.out_features)
+            products = [op for op in ops if any(k in op for k in ("linear", "mm", "matmul", "onednn"))]
+            assert (products == []) == one_row, ops
+    with torch.no_grad():  # inductor's kernel itself, compiled, against F.linear
+        layer, x = Linear(300, 700), torch.randn(1, 300)
+        compiled = torch.compile(layer, dynamic=False)
+        torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    w = torch.randn(4, 8)
+    assert not fast.reduced_suits(torch.randn(1, 8), w)  # eager: never (it would make the (O, K) product)
+    monkeypatch.setattr(fast, "_compiling", lambda: True)
+    assert fast.reduced_suits(torch.randn(1, 8), w) and fast.reduced_suits(torch.randn(1, 8), w.to(torch.int8))
+    assert not fast.reduced_suits(torch.randn(2, 8), w) and not fast.reduced_suits(torch.randn(1, 8).double(), w)
+    assert not fast.reduced_suits(torch.randn(1, 8, requires_grad=True), w)
+
+
+def test_linear_reduced_reads_int8_rows_with_their_scales():
+    # weight-only int8: x (q s)^T + b, the activations not rounded
+    torch.manual_seed(0)
+    x, q = torch.randn(1, 32), torch.randint(-127, 128, (48, 32), dtype=torch.int8)
+    scale, b = torch.rand(48) / 100, torch.randn(48)
+    expected = F.linear(x, q.float() * scale[:, None], b)
+    torch.testing.assert_close(fast.linear_reduced(x, q, b, scale), expected, rtol=1e-5, atol=1e-5)
+    compiled = torch.compile(fast.linear_reduced, dynamic=False)
+    torch.testing.assert_close(compiled(x, q, b, scale), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_the_fewest_rows_onednn_takes_follow_the_cpus_vendor():

@@ -362,3 +362,44 @@ def test_a_compiled_function_calls_the_int8_products_without_a_graph_break():
     opaque(nn.ModuleList([up, down]))
     torch.testing.assert_close(torch.compile(block, dynamic=False)(x), expected)
     assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+def test_a_compiled_row_alone_multiplies_by_the_int8_rows_in_float32_in_the_graph(monkeypatch):
+    """Where a compiled step's one row takes inductor's own multiply-and-sum (``fast.REDUCE_ONE_ROW``, AVX2's
+    default), an int8 layer's one row is ``x (q s)^T + b`` in the graph, its activations not rounded (weight-only
+    int8): the float product by the dequantized rows, no ``aiayn::int8_rows`` op; two rows keep fbgemm's op. The
+    registered layer keeps its int8 matrix as a plain tensor, equal to its packed one's."""
+    from aiayn.layers import fast
+    from aiayn.layers.int8 import opaque
+
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
+    torch._dynamo.reset()
+    ops = []
+
+    def backend(graph, inputs):
+        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    torch.manual_seed(0)
+    float_layer, float_table = nn.Linear(32, 48), nn.Embedding(40, 32)
+    layer, table = Int8Linear(float_layer), Int8Embedding(float_table)
+    opaque(nn.ModuleList([layer, table]))
+    q, scale = quantize_rows(float_layer.weight)
+    assert torch.equal(layer.plain_q, q) and torch.equal(layer.plain_scale, scale)
+    dequantized = q.float() * scale[:, None]
+    for rows in (1, 2):
+        x = torch.randn(rows, 1, 32)
+        x[0, 0, 3] = 2 * OUTLIER  # in float32 either way: weight-only int8 rounds no activation
+        bias = float_layer.bias
+        for fn, expected in [(layer, F.linear(x, dequantized, bias)),
+                             (lambda x: layer.rows(x, slice(8, 40)), F.linear(x, dequantized[8:40], bias[8:40])),
+                             (table.linear, F.linear(x, table.weight))]:
+            ops.clear()
+            with torch.no_grad():
+                got = torch.compile(fn, backend=backend, dynamic=False)(x)
+            fbgemm = any("int8_rows" in op for op in ops)
+            assert fbgemm == (rows > 1), ops
+            if rows == 1:
+                torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            else:  # fbgemm's product, the activations in 7 bits
+                torch.testing.assert_close(got, expected, rtol=0, atol=0.05 * float(expected.abs().max()))

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -233,3 +234,49 @@ def test_under_inference_mode_a_plain_weight_is_packed_and_one_made_there_takes_
         assert not kernels.applies("packed", x, made_here, None)
         torch.testing.assert_close(linear(x, made_here), x @ made_here.t(), atol=1e-4, rtol=1e-4)  # timed, then run
         assert kernels.table()  # measured there: the timing's own operands are plain tensors
+
+
+def test_a_compiled_steps_one_row_choice_is_timed_once_kept_and_read_back(measuring, monkeypatch):
+    # prepare_compiled: measure mode times whether one row takes inductor's multiply-and-sum once per machine, keeps
+    # the answer in the cache file and reads it back; a forced kernel turns it off; the rules leave the switch
+    timed = []
+    monkeypatch.setattr(kernels, "measure_reduced", lambda: timed.append(1) or False)
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
+    kernels.prepare_compiled()
+    name = f"compiled-1|reduced|{torch.get_num_threads()}t"
+    assert not fast.REDUCE_ONE_ROW and timed == [1]
+    assert json.loads(kernels.cache_file().read_text()) == {name: "rules"}
+    kernels.prepare_compiled()  # held in memory: not timed again
+    kernels.forget()
+    kernels.cache_file().write_text(json.dumps({name: "reduced"}))  # a fresh read: the file's answer is used
+    kernels.prepare_compiled()
+    assert fast.REDUCE_ONE_ROW and timed == [1]
+    kernels.use("onednn")
+    kernels.prepare_compiled()
+    assert not fast.REDUCE_ONE_ROW
+    fast.REDUCE_ONE_ROW = True
+    kernels.use("rules")
+    kernels.prepare_compiled()
+    assert fast.REDUCE_ONE_ROW
+
+
+@pytest.mark.parametrize("slow", ["reduced", "rules"])
+def test_timing_the_reduced_product_keeps_the_faster_way(slow, monkeypatch):
+    # measure_reduced times the compiled multiply-and-sum against the rules' one-row product: whichever is made
+    # 2 ms a call slower loses
+    monkeypatch.setattr(kernels, "REDUCED_SHAPE", (64, 32))
+    monkeypatch.setattr(kernels, "_cold_bytes", lambda: 0)  # one copy of the matrix
+
+    def slowly(kernel):
+        def run(*args):
+            time.sleep(0.002)
+            return kernel(*args)
+        return run
+
+    if slow == "reduced":
+        monkeypatch.setattr(fast, "linear_reduced", slowly(fast.linear_reduced))
+    else:
+        for name in ("onednn", "linear"):
+            monkeypatch.setitem(kernels.CANDIDATES, name, slowly(kernels.CANDIDATES[name]))
+    torch._dynamo.reset()
+    assert kernels.measure_reduced() == (slow == "rules")

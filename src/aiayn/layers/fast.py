@@ -13,6 +13,9 @@ time and memory of a whole run is in ``docs/benchmarks.md``, the timings of sing
                                                                   opaque op)
     :func:`linear_few_rows`        ``F.linear`` (Linear)          few rows on AVX2 (decoding): the BLAS used the
                                                                   fast way round
+    :func:`linear_reduced`         ``F.linear`` (Linear, int8)    one row in a compiled step: inductor's own
+                                                                  kernel streaming the matrix, fused in the step
+                                                                  (int8: weight-only, no opaque op)
     :func:`linear_packed`          ``F.linear`` (Linear)          2 to 256 rows on AVX2, no gradient, eager:
                                                                   oneDNN's inner product over the weight
                                                                   reordered once into its blocked layout
@@ -241,6 +244,45 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
     return out.t().contiguous().view(*x.shape[:-1], weight.size(0))  # (..., O)
 
 
+# A compiled step's one-row products as the multiply-and-sum they are (linear_reduced), which inductor writes as a
+# kernel of its own streaming the matrix once. The switch, and the rules' choice; with AIAYN_KERNELS=measure (the
+# default) aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On the AMD EPYC with
+# AVX-512 (Zen 4; benchmarks/reduced_products.py) a Llama-shaped 124M step's 61 one-row products took 0.65x the
+# time of oneDNN's op in float32 and 0.60x fbgemm's op in int8, and its generation 0.69x and 0.71x.
+REDUCE_ONE_ROW = True
+
+
+def reduced_suits(x: Tensor, weight: Tensor) -> bool:
+    """Whether :func:`linear_reduced` applies: one float32 CPU row under ``torch.compile`` (where
+    :data:`REDUCE_ONE_ROW`), by a float32 or int8 matrix, needing no gradient (eager, the multiply-and-sum would
+    make the whole ``(O, K)`` product in memory)."""
+    return (REDUCE_ONE_ROW and _compiling() and x.device.type == "cpu" and x.dtype == torch.float32
+            and weight.dtype in (torch.float32, torch.int8) and _rows(x) == 1 and not needs_grad(x, weight))
+
+
+def linear_reduced(x: Tensor, weight: Tensor, bias: Tensor | None = None, scale: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` for one row, written as the multiply-and-sum it is, ``(x[None, :] * W).sum(-1)``:
+    inductor compiles that to one loop over the matrix, each weight read once and multiplied as it streams by (a
+    matrix-vector kernel of its own, vectorized for the CPU it runs on), with no call into a library between the
+    step's other kernels. An int8 ``weight`` ``(O, K)`` with its per-row ``scale`` ``(O,)`` is read as int8 and widened
+    in the loop: ``x (q s)^T = (x q^T) s``, the activations in float32 (weight-only int8, as gpt-fast's).
+
+    Args:
+        x: ``(..., K)``, one row in all (:func:`reduced_suits`).
+        weight: ``(O, K)``, float32, or int8 with ``scale``.
+        bias: ``(O,)`` or ``None``.
+        scale: ``(O,)`` the int8 rows' scales, or ``None`` for a float32 ``weight``.
+
+    Returns:
+        ``(..., O)``.
+    """
+    w = weight if scale is None else weight.to(x.dtype)
+    y = (x.unsqueeze(-2) * w).sum(-1)  # (..., O)
+    if scale is not None:
+        y = y * scale
+    return y if bias is None else y + bias
+
+
 def feedforward_no_grad(x: Tensor, fc1: Callable[[Tensor], Tensor], activation: str,
                         fc2: Callable[[Tensor], Tensor], chunk_rows: int) -> Tensor:
     """``fc2(activation(fc1(x)))`` when no gradient is needed, in less memory.
@@ -325,13 +367,16 @@ __all__ = [
     "FEW_ROWS",
     "IN_PLACE",
     "ONEDNN_MIN",
+    "REDUCE_ONE_ROW",
     "SWAP_FEW_ROWS",
     "cpuinfo",
     "feedforward_no_grad",
     "linear_few_rows",
     "linear_onednn",
+    "linear_reduced",
     "linear_suits",
     "needs_grad",
     "onednn_suits",
+    "reduced_suits",
     "window_attention",
 ]

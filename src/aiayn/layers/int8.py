@@ -25,7 +25,12 @@ no replacement that is as fast there, so the warning is silenced at that one cal
 
 In a compiled decode step (:mod:`aiayn.layers.session`) each int8 product is one opaque operation,
 ``aiayn::int8_rows`` (:func:`opaque` registers the model's products): dynamo cannot trace fbgemm's packed
-weights, and the outlier test reads a value, which would break the graph at every product.
+weights, and the outlier test reads a value, which would break the graph at every product. One row
+(:data:`aiayn.layers.fast.REDUCE_ONE_ROW`, where it is faster: batch-1 generation) is instead inductor's own
+multiply-and-sum over the plain int8 rows, ``x (q s)^T``, with the activations in float32 (weight-only int8, so no
+outliers to take apart): faster there than fbgemm's product and its op's cost per call, and nearer the float
+model. The compiled model then holds its int8 matrices twice (fbgemm's packed copy serves the eager prefill and
+more rows).
 
 A token table becomes :class:`Int8Embedding` (row-wise, as the output projection tied to it); a head that
 multiplies by the table itself (BERT's masked LM, :func:`aiayn.layers.tied_linear`) uses the table's int8
@@ -46,6 +51,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from aiayn.layers import fast
 from aiayn.layers.embedding import Embedding
 from aiayn.layers.fast import cpu_op
 
@@ -88,9 +94,20 @@ class _Opaque(nn.Module):
         return state
 
     def _opaque(self, x: Tensor, start: int, stop: int) -> Tensor | None:
-        """Under ``torch.compile``, once registered: the product as the one operation ``aiayn::int8_rows``."""
+        """Under ``torch.compile``, once registered: one row (:data:`~aiayn.layers.fast.REDUCE_ONE_ROW`) as
+        inductor's own multiply-and-sum over the plain int8 rows (:func:`aiayn.layers.fast.linear_reduced`, the
+        activations in float32), else the product as the one operation ``aiayn::int8_rows``."""
         if torch.compiler.is_compiling() and self.key is not None:  # eager: no buffer lookup
+            plain = self._plain()
+            if plain is not None and fast.reduced_suits(x, plain[0]):
+                q, scale, bias = plain
+                return fast.linear_reduced(x, q[start:stop], None if bias is None else bias[start:stop],
+                                           scale[start:stop])
             return torch.ops.aiayn.int8_rows(x, self.key, start, stop)
+        return None
+
+    def _plain(self) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        """The int8 matrix ``(O, K)``, its scales ``(O,)`` and bias as plain tensors, where :func:`opaque` kept them."""
         return None
 
     _rows: Callable[[Tensor, int, int], Tensor]  # each layer's product by its rows start:stop
@@ -117,6 +134,10 @@ class Int8Linear(_Opaque):
         self._packs = {(0, self.out_features): _pack(q, scale)}  # (first row, end row) -> packed
         self._tiling: list[tuple[int, int]] | None = None  # slices that stand for the whole, once it is dropped
         self._columns: dict[int, Tensor] = {}  # input channel -> its weight column (O,) in float32, once needed
+        self.plain_q: Tensor | None  # the int8 matrix (O, K) and its scales (O,) as tensors, once keep_plain() ran
+        self.plain_scale: Tensor | None
+        self.register_buffer("plain_q", None, persistent=False)
+        self.register_buffer("plain_scale", None, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:  # (..., K) -> (..., O)
         return self.rows(x, slice(None))
@@ -194,6 +215,19 @@ class Int8Linear(_Opaque):
         scales = [qw.q_per_channel_scales().float() for qw in parts]
         return torch.cat([qw.int_repr() for qw in parts]), torch.cat(scales)
 
+    def _plain(self) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        if self.plain_q is None or self.plain_scale is None:
+            return None
+        return self.plain_q, self.plain_scale, self._bias
+
+    def keep_plain(self) -> None:
+        """Keep the int8 matrix and its scales as plain tensors (non-persistent buffers) beside fbgemm's packed copy,
+        for the one-row products of a compiled step (:meth:`_opaque`): one byte more a weight."""
+        if self.plain_q is None:
+            q, scale = self._unpacked()
+            self.register_buffer("plain_q", q, persistent=False)
+            self.register_buffer("plain_scale", scale, persistent=False)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per row"
 
@@ -228,6 +262,9 @@ class Int8Embedding(_Opaque):
             shape = nn.Linear(self.embedding_dim, self.num_embeddings, bias=False, device="meta")
             self._product = Int8Linear(shape, rows=(self.q, self.scale))
         return self._product.rows(x, slice(start, stop))
+
+    def _plain(self) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        return self.q, self.scale, None
 
     @property
     def weight(self) -> Tensor:
@@ -281,12 +318,16 @@ cpu_op("int8_rows(Tensor x, Tensor key, int start, int stop) -> Tensor", _int8_r
 
 def opaque(model: nn.Module) -> nn.Module:
     """Make each int8 product of ``model`` one opaque operation (``aiayn::int8_rows``) when ``torch.compile``
-    traces it, instead of a graph break at every product; eager calls are unchanged. Returns ``model``."""
+    traces it, instead of a graph break at every product; eager calls are unchanged. Where a compiled step's one
+    row takes inductor's own multiply-and-sum (:data:`aiayn.layers.fast.REDUCE_ONE_ROW`), each layer also keeps its
+    int8 matrix as a plain tensor (:meth:`Int8Linear.keep_plain`). Returns ``model``."""
     for m in model.modules():
         if isinstance(m, _Opaque) and m.key is None:  # a copy comes without its original's key
             k = next(_keys)
             m.key = torch.tensor(k)
             _OPAQUE[k] = m
+        if isinstance(m, Int8Linear) and fast.REDUCE_ONE_ROW:
+            m.keep_plain()
     return model
 
 

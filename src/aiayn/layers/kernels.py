@@ -28,7 +28,10 @@ Only products worth timing are measured (a matrix of at least :data:`MEASURE_MIN
 on the CPU); the rest keep the rules. So does a compiled step: there ``F.linear`` is inductor's own product, fused
 with what follows it, which an eager timing does not measure (the Marian-shaped greedy step with oneDNN's product
 where eager timing chose it ran at 0.85x the rules' on the AMD EPYC), and the lookup itself (the thread count) broke
-the graph at every product, decoding at half the eager speed.
+the graph at every product, decoding at half the eager speed. One choice is made for compiled steps, before one is
+compiled (:func:`prepare_compiled`): whether one row takes inductor's own multiply-and-sum
+(:func:`~aiayn.layers.fast.linear_reduced`, a kernel only a compiled graph has), timed against the rules' one-row
+product once per machine and kept in the same file (``"compiled-1|reduced|2t": "reduced"`` or ``"rules"``).
 Each candidate computes the same product, to float rounding (``tests/layers/test_kernels.py``).
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out.
@@ -118,9 +121,12 @@ def key(rows: int, weight: Tensor, bias: Tensor | None) -> str:
 
 
 def rules(x: Tensor, weight: Tensor, bias: Tensor | None) -> str:
-    """The fixed rules' kernel (:mod:`aiayn.layers.fast`): oneDNN where it suits, for few rows on AVX2 the packed
-    product (a matrix of :data:`~aiayn.layers.fast.PACK_MIN` weights or more, no gradient) or the swapped one, else
-    ``F.linear``."""
+    """The fixed rules' kernel (:mod:`aiayn.layers.fast`): in a compiled step one row as inductor's own
+    multiply-and-sum where :data:`~aiayn.layers.fast.REDUCE_ONE_ROW` (``"reduced"``), oneDNN where it suits, for
+    few rows on AVX2 the packed product (a matrix of :data:`~aiayn.layers.fast.PACK_MIN` weights or more, no
+    gradient) or the swapped one, else ``F.linear``."""
+    if fast.reduced_suits(x, weight):
+        return "reduced"
     if fast.onednn_suits(x, weight, bias):
         return "onednn"
     if fast.packed_few_rows(x, weight, bias):
@@ -146,8 +152,8 @@ def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
 
 
 def choose(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> str:
-    """The kernel that computes ``x W^T + b``: ``"linear"``, ``"swapped"``, ``"onednn"`` or ``"packed"`` (see the
-    module docstring for how)."""
+    """The kernel that computes ``x W^T + b``: ``"linear"``, ``"swapped"``, ``"onednn"``, ``"packed"`` or, in a
+    compiled step, ``"reduced"`` (see the module docstring for how)."""
     how = mode()
     if how == "rules":
         return rules(x, weight, bias)
@@ -176,7 +182,7 @@ def table() -> dict[str, str]:
         path = cache_file()
         try:
             read = json.loads(path.read_text())
-            _table = {k: v for k, v in read.items() if v in CANDIDATES} if isinstance(read, dict) else {}
+            _table = {k: v for k, v in read.items() if v in CHOICES} if isinstance(read, dict) else {}
         except (OSError, ValueError):
             _table = {}
     return _table
@@ -192,6 +198,59 @@ def forget() -> None:
 
 CANDIDATES: dict[str, Callable[[Tensor, Tensor, Tensor | None], Tensor]] = {
     "linear": F.linear, "swapped": fast.linear_few_rows, "onednn": fast.linear_onednn, "packed": fast.linear_packed}
+
+
+CHOICES = (*CANDIDATES, "reduced", "rules")  # what the file may hold (the last two: prepare_compiled's)
+REDUCED_SHAPE = (3072, 768)  # the matrix prepare_compiled times one row by (a feed-forward layer's, GPT-2's)
+
+
+def prepare_compiled() -> None:
+    """Before a decode step is compiled on the CPU: whether its one-row products take inductor's multiply-and-sum
+    (:data:`aiayn.layers.fast.REDUCE_ONE_ROW`), so that tracing reads a choice already made. By :func:`mode`:
+    ``measure`` reads this machine's choice from the file, else times it (:func:`measure_reduced`, once per machine
+    and thread count: a compile of a few seconds); a forced kernel turns it off; ``rules`` leaves the switch as set."""
+    how = mode()
+    if how == "rules":
+        return
+    if how != "measure":
+        fast.REDUCE_ONE_ROW = False
+        return
+    name = f"compiled-1|reduced|{torch.get_num_threads()}t"
+    found = table().get(name)
+    if found is None:
+        found = "reduced" if measure_reduced() else "rules"
+        with _lock:
+            table()[name] = found
+            _save()
+    fast.REDUCE_ONE_ROW = found == "reduced"
+
+
+def measure_reduced() -> bool:
+    """Whether one row by a :data:`REDUCED_SHAPE` matrix (copies cycled, read from memory, as :func:`timings` does)
+    is :data:`MARGIN` faster through the compiled :func:`~aiayn.layers.fast.linear_reduced` than through the
+    rules' one-row product in a compiled step (oneDNN's where it suits, else ``F.linear``), in two timings."""
+    reduced = torch.compile(fast.linear_reduced, dynamic=False)
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode(False), torch.no_grad():
+        x = torch.randn(1, REDUCED_SHAPE[1], generator=gen)
+        w = torch.randn(REDUCED_SHAPE, generator=gen) / REDUCED_SHAPE[1] ** 0.5
+        copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
+        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        rule = CANDIDATES["onednn" if fast.onednn_suits(x, w) else "linear"]
+        ways = {"reduced": lambda one: reduced(x, one), "rules": lambda one: rule(x, one, None)}
+        for way in ways.values():
+            way(w)  # the compile, oneDNN's primitive
+        wins = 0
+        for _ in range(2):
+            seen: dict[str, float] = {n: float("inf") for n in ways}
+            for _ in range(ROUNDS):
+                for n, way in ways.items():
+                    start = time.perf_counter()
+                    for one in ws:
+                        way(one)
+                    seen[n] = min(seen[n], time.perf_counter() - start)
+            wins += seen["reduced"] < (1 - MARGIN) * seen["rules"]
+    return wins == 2
 
 
 def timings(rows: int, weight: Tensor, bias: Tensor | None) -> dict[str, float]:
@@ -270,5 +329,6 @@ def _save() -> None:
         pass
 
 
-__all__ = ["CANDIDATES", "MEASURE_MIN", "MODES", "applies", "bucket", "cache_file", "choose", "forget", "key",
-           "measure", "mode", "rules", "table", "timings", "use"]
+__all__ = ["CANDIDATES", "CHOICES", "MEASURE_MIN", "MODES", "REDUCED_SHAPE", "applies", "bucket", "cache_file",
+           "choose", "forget", "key", "measure", "measure_reduced", "mode", "prepare_compiled", "rules", "table",
+           "timings", "use"]

@@ -37,6 +37,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             return fast.linear_few_rows(x, weight, bias)
         if kernel == "packed":
             return fast.linear_packed(x, weight, bias)
+        if kernel == "reduced":
+            return fast.linear_reduced(x, weight, bias)
     return F.linear(x, weight, bias)  # x W^T + b
 
 

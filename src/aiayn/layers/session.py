@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from aiayn.layers import kernels
 from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import StaticLayer
 
@@ -157,6 +158,15 @@ def compiled_step(device: torch.device, step: Callable[..., Tensor]) -> Any:
     return _compiled[key]
 
 
+def prepare_compiled(model: nn.Module, device: torch.device) -> None:
+    """What a compiled step of ``model`` needs before its first trace: on the CPU, whether one row takes inductor's
+    multiply-and-sum (:func:`aiayn.layers.kernels.prepare_compiled`, chosen on this machine); then each int8 product
+    one operation of the graph (:func:`aiayn.layers.int8.opaque`)."""
+    if device.type == "cpu":
+        kernels.prepare_compiled()
+    opaque(model)
+
+
 class StaticSession(Session):
     """A session over static buffers (gpt-fast's design): every step has the same shapes, so it runs eagerly or
     through ``torch.compile`` (``compile=True``; CUDA graphs on a GPU), the same tokens either way.
@@ -210,7 +220,7 @@ class StaticSession(Session):
         self.run = compiled_step(device, step) if compile else step
         self.compiled = compile
         if compile:
-            opaque(model)  # int8 products: one operation each in the graph
+            prepare_compiled(model, device)
 
     def _reserve(self, length: int) -> None:
         """``length`` columns (at the prefill, once the prompt's length is known)."""
@@ -286,4 +296,4 @@ class StaticSession(Session):
 
 
 __all__ = ["BEAM_TABLE", "BUCKET", "SPARE", "Session", "StaticSession", "bucket", "check_cache", "compiled_step",
-           "narrow"]
+           "narrow", "prepare_compiled"]

@@ -25,9 +25,17 @@ import torch
 from torch import Tensor
 
 from aiayn.layers import kernels
-from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import DecoderCache, StaticKVCache, StaticLayer, buffers
-from aiayn.layers.session import SPARE, Session, StaticSession, bucket, check_cache, compiled_step, narrow
+from aiayn.layers.session import (
+    SPARE,
+    Session,
+    StaticSession,
+    bucket,
+    check_cache,
+    compiled_step,
+    narrow,
+    prepare_compiled,
+)
 
 GPT = Any  # the family's model (its module imports this one: not imported back)
 
@@ -430,7 +438,7 @@ class SlotSession(Slots):
         self.run = compiled_step(device, gpt_step) if compile else gpt_step
         self.window = length + 1  # every column a row wrote
         if compile:
-            opaque(model)
+            prepare_compiled(model, device)
 
     @torch.no_grad()
     def _join(self, slots: list[int], prompts: list[list[int]]) -> Tensor:
