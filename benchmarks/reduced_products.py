@@ -13,7 +13,8 @@ weights (int8: the plain int8 rows and their scales). ``generation``: greedy gen
 batch 1 through the compiled step, the switch off and on. The ways run in turn in each round (what else the machine
 does weighs on both alike); each figure is the median round, in milliseconds a call (a step's products, or a
 token), and ``ratio`` is rules / reduced.
-Writes ``benchmarks/results/reduced_products.json`` (the AMD EPYC's: ``--out benchmarks/results/amd-epyc``).
+Writes ``benchmarks/results/reduced_products.json`` (the AMD EPYC with AVX-512's:
+``--out benchmarks/results/amd-epyc-avx512``).
 """
 
 from __future__ import annotations

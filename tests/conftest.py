@@ -37,3 +37,17 @@ def one_thread():
     torch.set_num_threads(threads)
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/shared.py: where the shared data sets are
+
+
+@pytest.fixture
+def traced_ops():
+    """``(ops, backend)``: a ``torch.compile`` backend that records in ``ops`` the functions each graph it is given
+    calls, then runs the graph as traced (dynamo reset first, so every call traces anew)."""
+    torch._dynamo.reset()
+    ops: list[str] = []
+
+    def backend(graph, inputs):
+        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
+        return graph.forward
+
+    return ops, backend

@@ -170,18 +170,14 @@ def test_feedforward_with_gradients_keeps_the_plain_path_and_its_gradients(activ
 
 
 @pytest.mark.parametrize(("swap", "min_rows"), [(True, 4), (False, 4), (False, 1)])
-def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_avx2(swap, min_rows, monkeypatch):
+def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_avx2(swap, min_rows, monkeypatch,
+                                                                                     traced_ops):
     # inductor lowers oneDNN's op only for weights its freezing packed, and its own product ran slower: the
     # oneDNN product goes in as the custom op aiayn::linear_onednn; on AVX2 2 to COMPILED_FEW_ROWS rows are swapped
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
     monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)  # the rule before it (its own test follows)
-    torch._dynamo.reset()
-    ops = []
-
-    def backend(graph, inputs):
-        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
-        return graph.forward
+    ops, backend = traced_ops
 
     layer = Linear(1024, 1024)  # ONEDNN_MIN weights: oneDNN's, one row on AVX2, ONEDNN_MIN_ROWS or more elsewhere
     for rows in (1, 3, 4):
@@ -203,17 +199,12 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
 
 
 @pytest.mark.parametrize("bias", [True, False])
-def test_a_compiled_step_multiplies_one_row_as_inductors_own_multiply_and_sum(bias, monkeypatch):
-    # REDUCE_ONE_ROW (AVX2's default): one row by any matrix is the multiply-and-sum, no library product in the
+def test_a_compiled_step_multiplies_one_row_as_inductors_own_multiply_and_sum(bias, monkeypatch, traced_ops):
+    # REDUCE_ONE_ROW (the rules' choice): one row by any matrix is the multiply-and-sum, no library product in the
     # graph (inductor writes the kernel); two rows keep the products before it; the values are F.linear's
     monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", True)
-    torch._dynamo.reset()
-    ops = []
-
-    def backend(graph, inputs):
-        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
-        return graph.forward
+    ops, backend = traced_ops
 
     torch.manual_seed(0)
     for layer in (Linear(1024, 1024, bias=bias), Linear(24, 40, bias=bias)):  # above and below ONEDNN_MIN
@@ -236,6 +227,8 @@ def test_a_compiled_step_multiplies_one_row_as_inductors_own_multiply_and_sum(bi
     assert fast.reduced_suits(torch.randn(1, 8), w) and fast.reduced_suits(torch.randn(1, 8), w.to(torch.int8))
     assert not fast.reduced_suits(torch.randn(2, 8), w) and not fast.reduced_suits(torch.randn(1, 8).double(), w)
     assert not fast.reduced_suits(torch.randn(1, 8, requires_grad=True), w)
+    monkeypatch.setattr(fast, "ENABLED", False)  # the one switch: the plain path
+    assert not fast.reduced_suits(torch.randn(1, 8), w)
 
 
 def test_linear_reduced_reads_int8_rows_with_their_scales():

@@ -364,7 +364,7 @@ def test_a_compiled_function_calls_the_int8_products_without_a_graph_break():
     assert not counters["graph_break"], dict(counters["graph_break"])
 
 
-def test_a_compiled_row_alone_multiplies_by_the_int8_rows_in_float32_in_the_graph(monkeypatch):
+def test_a_compiled_row_alone_multiplies_by_the_int8_rows_in_float32_in_the_graph(monkeypatch, traced_ops):
     """Where a compiled step's one row takes inductor's own multiply-and-sum (``fast.REDUCE_ONE_ROW``, AVX2's
     default), an int8 layer's one row is ``x (q s)^T + b`` in the graph, its activations not rounded (weight-only
     int8): the float product by the dequantized rows, no ``aiayn::int8_rows`` op; two rows keep fbgemm's op. The
@@ -373,12 +373,7 @@ def test_a_compiled_row_alone_multiplies_by_the_int8_rows_in_float32_in_the_grap
     from aiayn.layers.int8 import opaque
 
     monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
-    torch._dynamo.reset()
-    ops = []
-
-    def backend(graph, inputs):
-        ops.extend(str(node.target) for node in graph.graph.nodes if node.op == "call_function")
-        return graph.forward
+    ops, backend = traced_ops
 
     torch.manual_seed(0)
     float_layer, float_table = nn.Linear(32, 48), nn.Embedding(40, 32)

@@ -246,17 +246,18 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
 
 # A compiled step's one-row products as the multiply-and-sum they are (linear_reduced), which inductor writes as a
 # kernel of its own streaming the matrix once. The switch, and the rules' choice; with AIAYN_KERNELS=measure (the
-# default) aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On the AMD EPYC with
-# AVX-512 (Zen 4; benchmarks/reduced_products.py) a Llama-shaped 124M step's 61 one-row products took 0.65x the
-# time of oneDNN's op in float32 and 0.60x fbgemm's op in int8, and its generation 0.69x and 0.71x.
+# default) aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On an AMD EPYC with
+# AVX-512 (Zen 4; benchmarks/reduced_products.py, results/amd-epyc-avx512/) a Llama-shaped 124M step's 61
+# one-row products took 0.65x the time of oneDNN's op in float32 and 0.60x fbgemm's op in int8, and its
+# generation 0.69x and 0.71x.
 REDUCE_ONE_ROW = True
 
 
 def reduced_suits(x: Tensor, weight: Tensor) -> bool:
-    """Whether :func:`linear_reduced` applies: one float32 CPU row under ``torch.compile`` (where
-    :data:`REDUCE_ONE_ROW`), by a float32 or int8 matrix, needing no gradient (eager, the multiply-and-sum would
+    """Whether :func:`linear_reduced` applies: one float32 CPU row under ``torch.compile`` (where :data:`ENABLED`
+    and :data:`REDUCE_ONE_ROW`), by a float32 or int8 matrix, needing no gradient (eager, the multiply-and-sum would
     make the whole ``(O, K)`` product in memory)."""
-    return (REDUCE_ONE_ROW and _compiling() and x.device.type == "cpu" and x.dtype == torch.float32
+    return (ENABLED and REDUCE_ONE_ROW and _compiling() and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype in (torch.float32, torch.int8) and _rows(x) == 1 and not needs_grad(x, weight))
 
 

@@ -226,10 +226,11 @@ def prepare_compiled() -> None:
 
 
 def measure_reduced() -> bool:
-    """Whether one row by a :data:`REDUCED_SHAPE` matrix (copies cycled, read from memory, as :func:`timings` does)
-    is :data:`MARGIN` faster through the compiled :func:`~aiayn.layers.fast.linear_reduced` than through the
-    rules' one-row product in a compiled step (oneDNN's where it suits, else ``F.linear``), in two timings."""
-    reduced = torch.compile(fast.linear_reduced, dynamic=False)
+    """Whether one row by a :data:`REDUCED_SHAPE` matrix is :data:`MARGIN` faster, in two timings, through
+    :func:`~aiayn.layers.fast.linear_reduced` than through the rules' one-row product (oneDNN's op where it suits,
+    else ``F.linear``), each way timed as a compiled step runs it: one compiled function over copies of the matrix
+    (cycled, read from memory, as :func:`timings` does): on the AMD EPYC with AVX-512, oneDNN's product called
+    eagerly looked level with the multiply-and-sum, and chose wrongly; as an op of a compiled graph it was slower."""
     gen = torch.Generator().manual_seed(0)
     with torch.inference_mode(False), torch.no_grad():
         x = torch.randn(1, REDUCED_SHAPE[1], generator=gen)
@@ -237,17 +238,23 @@ def measure_reduced() -> bool:
         copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
         ws = [w] + [w.clone() for _ in range(copies - 1)]
         rule = CANDIDATES["onednn" if fast.onednn_suits(x, w) else "linear"]
-        ways = {"reduced": lambda one: reduced(x, one), "rules": lambda one: rule(x, one, None)}
+
+        def reduced(x: Tensor, ws: list[Tensor]) -> list[Tensor]:
+            return [fast.linear_reduced(x, one) for one in ws]
+
+        def rules(x: Tensor, ws: list[Tensor]) -> list[Tensor]:
+            return [rule(x, one, None) for one in ws]
+
+        ways = {"reduced": torch.compile(reduced, dynamic=False), "rules": torch.compile(rules, dynamic=False)}
         for way in ways.values():
-            way(w)  # the compile, oneDNN's primitive
+            way(x, ws)  # the compile
         wins = 0
         for _ in range(2):
             seen: dict[str, float] = {n: float("inf") for n in ways}
             for _ in range(ROUNDS):
                 for n, way in ways.items():
                     start = time.perf_counter()
-                    for one in ws:
-                        way(one)
+                    way(x, ws)
                     seen[n] = min(seen[n], time.perf_counter() - start)
             wins += seen["reduced"] < (1 - MARGIN) * seen["rules"]
     return wins == 2
