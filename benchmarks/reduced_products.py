@@ -1,20 +1,20 @@
 """One row in a compiled step: inductor's own multiply-and-sum (``aiayn.layers.fast.linear_reduced``) against the
 products the rules gave before it (oneDNN's op for float32, fbgemm's ``aiayn::int8_rows`` for int8), on the
-Llama-shaped 124M's weights.
+Llama-shaped 124M's and GPT-2 124M's shapes (random weights).
 
-    python benchmarks/reduced_products.py           # 7 rounds (about four minutes on 2 cores)
-    python benchmarks/reduced_products.py --quick   # llama-tiny, 2 rounds, into a temporary folder
+    python benchmarks/reduced_products.py           # 7 rounds (about ten minutes on 2 cores)
+    python benchmarks/reduced_products.py --quick   # llama-tiny and gpt-tiny, 2 rounds, into a temporary folder
 
-``products``: the 61 products of one decode step (every ``Linear``'s, and the output layer tied to the token
-table), each on its own input row, as one compiled function per way, 1 and 2 rows. ``rules``: each layer as the
-compiled step calls it with :data:`~aiayn.layers.fast.REDUCE_ONE_ROW` off (float32: oneDNN's op for one row, the
-swapped product for two; int8: fbgemm's op); ``reduced``: :func:`~aiayn.layers.fast.linear_reduced` on the same
-weights (int8: the plain int8 rows and their scales). ``generation``: greedy generation of ``--new`` tokens at
-batch 1 through the compiled step, the switch off and on. The ways run in turn in each round (what else the machine
-does weighs on both alike); each figure is the median round, in milliseconds a call (a step's products, or a
-token), and ``ratio`` is rules / reduced.
-Writes ``benchmarks/results/reduced_products.json`` (the AMD EPYC with AVX-512's:
-``--out benchmarks/results/amd-epyc-avx512``).
+``products``: the products of one decode step (61 for the Llama, 49 for GPT-2) (every ``Linear``'s, and the output
+layer tied to the token table), each on its own input row, as one compiled function per way, 1 and 2 rows.
+``rules``: each layer as the compiled step calls it with :data:`~aiayn.layers.fast.REDUCE_ONE_ROW` off (float32:
+oneDNN's op, or on AVX2 the swapped product for two rows; int8: fbgemm's op); ``reduced``:
+:func:`~aiayn.layers.fast.linear_reduced` on the same weights (int8: the plain int8 rows and their scales).
+``generation``: greedy generation of ``--new`` tokens at batch 1 through the compiled step, the switch off and on.
+The ways run in turn in each round (what else the machine does weighs on both alike); each figure is the median
+round, in milliseconds a call (a step's products, or a token), and ``ratio`` is rules / reduced. Writes
+``benchmarks/results/reduced_products.json`` (the AMD EPYC with AVX-512's: ``--out
+benchmarks/results/amd-epyc-avx512``).
 """
 
 from __future__ import annotations
@@ -100,30 +100,34 @@ def main(argv: list[str] | None = None) -> None:
     args = script_args(p, argv, {"rounds": 2, "repeat": 1, "new": 4}, "reduced-products", results=RESULTS)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    cfg = PRESETS["llama-tiny"] if args.quick else LLAMA_124M
+    shapes = {"Llama-shaped 124M": PRESETS["llama-tiny"] if args.quick else LLAMA_124M,
+              "GPT-2 124M": PRESETS["gpt-tiny" if args.quick else "gpt2"]}
     fast.REDUCE_ONE_ROW = False  # the rules' way traces with the switch off; reduced calls linear_reduced itself
     results: dict[str, dict] = {}
+    counted: dict[str, int] = {}
     with torch.inference_mode():
-        f32 = build(cfg).eval()
-        models = {"float32": f32, "int8": int8.opaque(int8.quantize(f32))}
-        for m in models["int8"].modules():
-            if isinstance(m, int8.Int8Linear):
-                m.keep_plain()  # what opaque() does with the switch on
-        for precision, model in models.items():
-            for rows in (1, 2):
-                us = median_times(ways(model, rows), args.rounds, args.repeat)
-                got: dict[str, float] = {w: round(t / 1e3, 3) for w, t in us.items()}
-                got["ratio"] = round(got["rules"] / got["reduced"], 3)
-                results[f"{precision}, products, {rows} row{'s' if rows > 1 else ''}"] = got
-                print(precision, rows, got, flush=True)
-            step = generation(model, args.new, args.rounds)
-            step["ratio"] = round(step["rules"] / step["reduced"], 3)
-            results[f"{precision}, generation, ms per token"] = step
-            print(precision, "generation", step, flush=True)
+        for shape, cfg in shapes.items():
+            f32 = build(cfg).eval()
+            models = {"float32": f32, "int8": int8.opaque(int8.quantize(f32))}
+            for m in models["int8"].modules():
+                if isinstance(m, int8.Int8Linear):
+                    m.keep_plain()  # what opaque() does with the switch on
+            counted[shape] = len(products(models["int8"]))
+            for precision, model in models.items():
+                for rows in (1, 2):
+                    us = median_times(ways(model, rows), args.rounds, args.repeat)
+                    got: dict[str, float] = {w: round(t / 1e3, 3) for w, t in us.items()}
+                    got["ratio"] = round(got["rules"] / got["reduced"], 3)
+                    results[f"{shape}, {precision}, products, {rows} row{'s' if rows > 1 else ''}"] = got
+                    print(shape, precision, rows, got, flush=True)
+                step = generation(model, args.new, args.rounds)
+                step["ratio"] = round(step["rules"] / step["reduced"], 3)
+                results[f"{shape}, {precision}, generation, ms per token"] = step
+                print(shape, precision, "generation", step, flush=True)
     write_results(args.out, "reduced_products", {
-        "what": __doc__.split("\n\n")[0], "machine": machine(), "model": "llama-tiny" if args.quick else "LLAMA_124M",
-        "products": len(products(models["int8"])), "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        "ms": results})
+        "what": __doc__.split("\n\n")[0], "machine": machine(),
+        "models": "llama-tiny, gpt-tiny" if args.quick else "LLAMA_124M, gpt2 (random weights)",
+        "products": counted, "settings": {k: v for k, v in vars(args).items() if k != "out"}, "ms": results})
 
 
 if __name__ == "__main__":

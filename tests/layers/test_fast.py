@@ -217,6 +217,7 @@ def test_a_compiled_step_multiplies_one_row_as_inductors_own_multiply_and_sum(bi
                 assert got.shape == (*shape[:-1], layer.out_features)
             products = [op for op in ops if any(k in op for k in ("linear", "mm", "matmul", "onednn"))]
             assert (products == []) == one_row, ops
+            assert any("realized" in op for op in ops) == one_row, ops  # its input made before it, not inside it
     with torch.no_grad():  # inductor's kernel itself, compiled, against F.linear
         layer, x = Linear(300, 700), torch.randn(1, 300)
         compiled = torch.compile(layer, dynamic=False)

@@ -253,6 +253,9 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
 REDUCE_ONE_ROW = True
 
 
+_realized = cpu_op("realized(Tensor x) -> Tensor", lambda x: x.clone(), lambda x: torch.empty_like(x))
+
+
 def reduced_suits(x: Tensor, weight: Tensor) -> bool:
     """Whether :func:`linear_reduced` applies: one float32 CPU row under ``torch.compile`` (where :data:`ENABLED`
     and :data:`REDUCE_ONE_ROW`), by a float32 or int8 matrix, needing no gradient (eager, the multiply-and-sum would
@@ -268,6 +271,11 @@ def linear_reduced(x: Tensor, weight: Tensor, bias: Tensor | None = None, scale:
     step's other kernels. An int8 ``weight`` ``(O, K)`` with its per-row ``scale`` ``(O,)`` is read as int8 and widened
     in the loop: ``x (q s)^T = (x q^T) s``, the activations in float32 (weight-only int8, as gpt-fast's).
 
+    Under ``torch.compile`` the row is first made whole by an opaque copy (``aiayn::realized``): else inductor
+    computes what made it (a LayerNorm, GELU, the bias) inside the product's loop, once for every output and
+    weight, which made GPT-2's int8 step at batch 1 slower than with fbgemm's products, where it is now faster
+    (``benchmarks/reduced_products.py`` measures the GPT-2 and Llama-shaped steps).
+
     Args:
         x: ``(..., K)``, one row in all (:func:`reduced_suits`).
         weight: ``(O, K)``, float32, or int8 with ``scale``.
@@ -277,6 +285,8 @@ def linear_reduced(x: Tensor, weight: Tensor, bias: Tensor | None = None, scale:
     Returns:
         ``(..., O)``.
     """
+    if _compiling():
+        x = _realized(x)
     w = weight if scale is None else weight.to(x.dtype)
     y = (x.unsqueeze(-2) * w).sum(-1)  # (..., O)
     if scale is not None:
