@@ -21,7 +21,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-FOLDERS = [RESULTS, RESULTS / "amd-epyc"]  # Intel Xeon (Sapphire Rapids) and AMD EPYC, each a column
+FOLDERS = [RESULTS, RESULTS / "amd-epyc", RESULTS / "amd-epyc-avx512"]  # Intel Xeon (Sapphire Rapids, AVX-512 and
+# AMX), AMD EPYC with AVX2 alone, AMD EPYC with AVX-512 (Zen 4): each a column
 README = ROOT / "README.md"
 BEGIN, END = "<!-- cpu-table -->", "<!-- /cpu-table -->"
 

@@ -33,7 +33,7 @@ from aiayn.benchmark.cases.generation import LLAMA_124M
 from aiayn.benchmark.harness import machine
 from aiayn.benchmark.scripts import median_times, script_args, write_results
 from aiayn.decoding import sample
-from aiayn.layers import fast, int8
+from aiayn.layers import fast, int8, kernels
 from aiayn.models import build
 from aiayn.models.gpt import PRESETS
 
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     shapes = {"Llama-shaped 124M": PRESETS["llama-tiny"] if args.quick else LLAMA_124M,
               "GPT-2 124M": PRESETS["gpt-tiny" if args.quick else "gpt2"]}
+    kernels.use("rules")  # the switch as generation() sets it: a session does not measure it anew
     fast.REDUCE_ONE_ROW = False  # the rules' way traces with the switch off; reduced calls linear_reduced itself
     results: dict[str, dict] = {}
     counted: dict[str, int] = {}
