@@ -248,8 +248,8 @@ def linear_few_rows(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Te
 # kernel of its own streaming the matrix once. The switch, and the rules' choice; with AIAYN_KERNELS=measure (the
 # default) aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On an AMD EPYC with
 # AVX-512 (Zen 4; benchmarks/reduced_products.py, results/amd-epyc-avx512/) a Llama-shaped 124M step's 61
-# one-row products took 0.65x the time of oneDNN's op in float32 and 0.60x fbgemm's op in int8, and its
-# generation 0.69x and 0.71x.
+# one-row products took 0.76x the time of oneDNN's op in float32 and 0.69x fbgemm's op in int8, and its
+# generation 0.77x and 0.67x; GPT-2 124M's generation 0.75x and 0.76x.
 REDUCE_ONE_ROW = True
 
 
