@@ -44,6 +44,8 @@ CASES = {  # name -> (what, the probe's model and call)
     "marian-beam4": "the same, beam 4",
     "gpt2-b1": "GPT-2 124M greedy, batch 1, 128 new",
     "llama124m-b1": "Llama-shaped 124M greedy, batch 1, 128 new",
+    "gpt2-b1-int8": "GPT-2 124M int8 (aiayn.layers.int8.quantize), greedy, batch 1, 128 new",
+    "llama124m-b1-int8": "Llama-shaped 124M int8, greedy, batch 1, 128 new",
 }
 
 PROBE = """
@@ -64,11 +66,15 @@ if case.startswith("marian"):
     ids, kw = torch.randint(4, cfg.src_vocab_size, (16, 24)), dict(max_new_tokens=8 if quick else 64,
                                                                   num_beams=4 if case.endswith("beam4") else 1)
 else:
-    cfg = aiayn.preset("gpt2", eos_id=None) if case == "gpt2-b1" else LLAMA_124M
+    gpt = case.startswith("gpt2")
+    cfg = aiayn.preset("gpt2", eos_id=None) if gpt else LLAMA_124M
     if quick:
-        cfg = aiayn.preset("gpt-tiny" if case == "gpt2-b1" else "llama-tiny", eos_id=None, **tiny)
+        cfg = aiayn.preset("gpt-tiny" if gpt else "llama-tiny", eos_id=None, **tiny)
     import dataclasses
     model = aiayn.build(dataclasses.replace(cfg, eos_id=None)).eval()
+    if case.endswith("int8"):
+        from aiayn.layers.int8 import quantize
+        model = quantize(model)
     ids, kw = torch.randint(4, 1000, (1, 16)), dict(max_new_tokens=8 if quick else 128)
 with torch.no_grad():
     start = time.perf_counter()

@@ -263,3 +263,81 @@ def test_cpu_op_registers_the_kernel_and_its_shape_for_tracing():
     with FakeTensorMode() as mode:
         out = torch.ops.aiayn.linear_onednn(mode.from_tensor(x), mode.from_tensor(w), None)
     assert out.shape == (3, 24)
+
+
+# --- weights in huge pages
+
+needs_huge_pages = pytest.mark.skipif(not fast.huge_pages_available(),
+                                      reason="needs Linux transparent huge pages (madvise)")
+
+
+def _held() -> torch.nn.Module:
+    """Three things a move must keep: a tie (one Parameter in two modules), views into one buffer's storage at
+    offsets and strides of their own, and a matrix larger than a huge page."""
+    torch.manual_seed(0)
+    m = torch.nn.Module()
+    m.big = torch.nn.Linear(600, 1024)  # 2.3 MiB of weights
+    m.tied = torch.nn.Linear(600, 1024, bias=False)
+    m.tied.weight = m.big.weight
+    base = torch.randn(1000)
+    m.register_buffer("base", base)
+    m.register_buffer("part", base[100:300].view(10, 20).t())  # a view at an offset, transposed
+    return m
+
+
+@needs_huge_pages
+def test_in_huge_pages_keeps_values_ties_and_views():
+    m = _held()
+    before = {n: t.clone() for n, t in [*m.named_parameters(), *m.named_buffers()]}
+    pointers = {n: t.data_ptr() for n, t in [*m.named_parameters(), *m.named_buffers()]}
+    weight = m.big.weight
+    nbytes = sum(t.untyped_storage().nbytes() for t in (m.big.weight, m.big.bias, m.base))  # three storages
+    assert fast.in_huge_pages(m) == nbytes
+    for n, t in [*m.named_parameters(), *m.named_buffers()]:
+        assert torch.equal(t, before[n]), n
+        assert t.data_ptr() != pointers[n], n  # new memory ...
+    assert m.big.weight is weight and m.tied.weight is m.big.weight  # ... in the same objects, the tie kept
+    assert m.part.data_ptr() - m.base.data_ptr() == 100 * 4 and m.part.stride() == (1, 20)
+    m.base[150] = 7.0  # the view still reads its base's memory
+    assert m.part[10, 2] == 7.0  # base[100 + 2 * 20 + 10]
+    assert min(t.data_ptr() for t in (m.big.weight, m.big.bias, m.base)) % fast.HUGE_PAGE == 0  # aligned
+    assert fast.in_huge_pages(m) == 0  # moved once
+
+
+@needs_huge_pages
+def test_weights_in_huge_pages_still_train_and_free_their_memory_with_the_model():
+    import gc
+
+    m, plain = _held(), _held()
+    fast.in_huge_pages(m)
+    x = torch.randn(4, 600)
+    for model in (m, plain):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.big(x).square().sum().backward()
+        opt.step()
+    torch.testing.assert_close(m.big.weight, plain.big.weight)
+    assert m.big.weight.grad is not None and fast._in_arena(m.big.weight.data_ptr())
+    arena = fast._arenas[-1][2]
+    assert arena() is not None
+    del m, opt, model
+    gc.collect()
+    assert arena() is None  # the mapping went with the last tensor in it
+
+
+def test_in_huge_pages_does_nothing_where_the_system_has_none(monkeypatch):
+    monkeypatch.setattr(fast, "huge_pages_available", lambda: False)
+    m = _held()
+    pointer = m.big.weight.data_ptr()
+    assert fast.in_huge_pages(m) == 0 and m.big.weight.data_ptr() == pointer
+
+
+@needs_huge_pages
+@pytest.mark.parametrize("huge, enabled", [(True, True), (False, True), (True, False)])
+def test_a_compiled_cpu_session_moves_the_weights_where_the_switches_allow(huge, enabled, monkeypatch):
+    from aiayn.layers.session import prepare_compiled
+
+    monkeypatch.setattr(fast, "HUGE_PAGES", huge)
+    monkeypatch.setattr(fast, "ENABLED", enabled)
+    m = _held()
+    prepare_compiled(m, torch.device("cpu"))
+    assert fast._in_arena(m.big.weight.data_ptr()) == (huge and enabled)

@@ -237,6 +237,11 @@ def measure_reduced() -> bool:
         w = torch.randn(REDUCED_SHAPE, generator=gen) / REDUCED_SHAPE[1] ** 0.5
         copies = min(MAX_COPIES, max(1, -(-_cold_bytes() // (w.numel() * w.element_size()))))
         ws = [w] + [w.clone() for _ in range(copies - 1)]
+        if fast.ENABLED and fast.HUGE_PAGES:  # where a compiled step's weights will lie (session.prepare_compiled)
+            held = torch.nn.Module()
+            for i, one in enumerate(ws):
+                held.register_buffer(str(i), one)
+            fast.in_huge_pages(held)
         rule = CANDIDATES["onednn" if fast.onednn_suits(x, w) else "linear"]
 
         def reduced(x: Tensor, ws: list[Tensor]) -> list[Tensor]:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.layers import kernels
+from aiayn.layers import fast, kernels
 from aiayn.layers.int8 import opaque
 from aiayn.layers.kv_cache import StaticLayer
 
@@ -161,10 +161,13 @@ def compiled_step(device: torch.device, step: Callable[..., Tensor]) -> Any:
 def prepare_compiled(model: nn.Module, device: torch.device) -> None:
     """What a compiled step of ``model`` needs before its first trace: on the CPU, whether one row takes inductor's
     multiply-and-sum (:func:`aiayn.layers.kernels.prepare_compiled`, chosen on this machine); then each int8 product
-    one operation of the graph (:func:`aiayn.layers.int8.opaque`)."""
+    one operation of the graph (:func:`aiayn.layers.int8.opaque`); then, on the CPU, the weights in huge pages
+    (:func:`aiayn.layers.fast.in_huge_pages`, where :data:`~aiayn.layers.fast.HUGE_PAGES`)."""
     if device.type == "cpu":
         kernels.prepare_compiled()
     opaque(model)
+    if device.type == "cpu" and fast.ENABLED and fast.HUGE_PAGES:
+        fast.in_huge_pages(model)
 
 
 class StaticSession(Session):
