@@ -324,6 +324,28 @@ def test_weights_in_huge_pages_still_train_and_free_their_memory_with_the_model(
     assert arena() is None  # the mapping went with the last tensor in it
 
 
+@needs_huge_pages
+def test_in_huge_pages_fills_blocks_of_bounded_size_and_leaves_what_it_cannot_move(monkeypatch):
+    # blocks of at most HUGE_BLOCK bytes (so moving needs at most one block more than the model), a storage larger
+    # than a block in one of its own; a sparse buffer (no plain storage to point into) stays where it is
+    monkeypatch.setattr(fast, "HUGE_BLOCK", 1 << 20)
+    m = _held()  # a 2.3 MiB matrix, its bias, a 4 KB buffer
+    m.register_buffer("sparse", torch.eye(8).to_sparse())
+    values = m.sparse._values().data_ptr()
+    before = [t.clone() for t in (m.big.weight, m.big.bias, m.base)]
+    fast.in_huge_pages(m)
+
+    def block(t):
+        (found,) = [a[2]() for a in fast._arenas if a[0] <= t.data_ptr() < a[1]]
+        return found
+
+    assert block(m.big.weight) is not block(m.big.bias)  # the matrix alone; the bias and the buffer together
+    assert block(m.big.bias) is block(m.base)
+    for t, was in zip((m.big.weight, m.big.bias, m.base), before):
+        assert torch.equal(t, was)
+    assert m.sparse._values().data_ptr() == values
+
+
 def test_in_huge_pages_does_nothing_where_the_system_has_none(monkeypatch):
     monkeypatch.setattr(fast, "huge_pages_available", lambda: False)
     m = _held()

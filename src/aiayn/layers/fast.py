@@ -300,10 +300,10 @@ def linear_reduced(x: Tensor, weight: Tensor, bias: Tensor | None = None, scale:
 
 
 # A compiled CPU step reads its model's weights from memory in 2 MiB pages (in_huge_pages) rather than the
-# allocator's 4 KiB ones. A batch-1 step streams every weight once and, in a VM, each page's first touch is a nested
-# page walk: on the AMD EPYC with AVX-512 (benchmarks/huge_pages.py, results/amd-epyc-avx512/) GPT-2 124M's
-# compiled generation ran 1.5x faster in float32, the Llama-shaped 124M's 1.3x (int8 1.1x); eager decoding and the
-# Marian-shaped model (30 MB, near the cache's size) gained nothing measurable.
+# allocator's 4 KiB ones: a batch-1 step streams every weight once, and each 4 KiB page is an address translation
+# the TLB misses (in a VM, a nested page walk). On the AMD EPYC with AVX-512 (benchmarks/huge_pages.py,
+# results/amd-epyc-avx512/huge_pages.json, 9 rounds) compiled generation ran 1.15x faster for GPT-2 124M in float32
+# and 1.02-1.06x for the others measured, the tokens the same; eager decoding is left as it is (1.02x, one run).
 HUGE_PAGES = True
 
 HUGE_PAGE = 2 << 20  # bytes: an x86 transparent huge page (the arena is aligned to it)
@@ -328,12 +328,15 @@ def _in_arena(ptr: int) -> bool:
 
 
 def in_huge_pages(module: nn.Module) -> int:
-    """Move ``module``'s CPU parameters and buffers into one block of memory backed by transparent huge pages
-    (an anonymous mapping, ``madvise(MADV_HUGEPAGE)``, aligned to 2 MiB): the same values, the same tensor
-    objects (each gets the new memory as its ``.data``), ties and views kept (a storage shared by several moves
-    once). Tensors already moved stay where they are, so calling it again costs a scan; the block is freed when
-    the last tensor in it is. A tensor that held the old memory apart from the module (``w = layer.weight.data``,
-    taken before) no longer shares it. Does nothing where :func:`huge_pages_available` is false or the module
+    """Move ``module``'s CPU parameters and buffers into memory backed by transparent huge pages (anonymous
+    mappings of at most :data:`HUGE_BLOCK` bytes each, ``madvise(MADV_HUGEPAGE)``, aligned to 2 MiB): the same
+    values, the same tensor objects (each gets the new memory as its ``.data``), ties and views kept (a storage
+    shared by several moves once). Tensors already moved stay where they are, so calling it again costs a scan; a
+    block is freed when the last tensor in it is. While a block is filled its tensors' old memory is still held, so
+    moving needs at most one block more than the model. A tensor that held the old memory apart from the module
+    (``w = layer.weight.data``, taken before) no longer shares it, and the module must not be running on another
+    thread meanwhile (its old memory is freed as each tensor moves). Plain strided tensors move; quantized ones,
+    subclasses and inference tensors stay. Does nothing where :func:`huge_pages_available` is false or the module
     holds nothing on the CPU. Returns the bytes moved.
 
     With 4 KiB pages a step that streams 500 MB of weights crosses 120,000 pages, each an address translation the
@@ -342,28 +345,54 @@ def in_huge_pages(module: nn.Module) -> int:
         return 0
     storages: dict[int, list[Tensor]] = {}  # the storage's address -> the tensors in it
     for t in [*module.parameters(), *module.buffers()]:
-        if t.device.type == "cpu" and not t.is_inference() and t.untyped_storage().nbytes():
+        if (type(t) in (Tensor, nn.Parameter) and t.device.type == "cpu" and t.layout == torch.strided
+                and not t.is_quantized and not t.is_inference() and t.untyped_storage().nbytes()):
             ptr = t.untyped_storage().data_ptr()
             if not _in_arena(ptr):
                 storages.setdefault(ptr, []).append(t)
-    sizes = {ptr: ts[0].untyped_storage().nbytes() for ptr, ts in storages.items()}
-    total = sum(-(-n // 64) * 64 for n in sizes.values())  # each storage at a 64-byte boundary
-    if not total:
-        return 0
+    blocks: list[list[int]] = [[]]  # storages by block, in the module's order
+    filled = 0
+    for ptr, tensors in storages.items():
+        n = _padded(tensors[0].untyped_storage().nbytes())
+        if filled and filled + n > HUGE_BLOCK:
+            blocks.append([])
+            filled = 0
+        blocks[-1].append(ptr)
+        filled += n
+    moved = 0
+    for block in blocks:
+        if block:
+            moved += _move_block([storages[ptr] for ptr in block])
+    return moved
+
+
+HUGE_BLOCK = 256 << 20  # bytes of one mapping in_huge_pages fills (a larger storage gets one of its own)
+
+
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64  # each storage starts at a 64-byte boundary
+
+
+def _move_block(storages: list[list[Tensor]]) -> int:
+    """Copy each storage (the tensors sharing it) into one new mapping in huge pages, and point its tensors there."""
+    total = sum(_padded(ts[0].untyped_storage().nbytes()) for ts in storages)
     arena = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     arena.madvise(mmap.MADV_HUGEPAGE)
     raw = torch.frombuffer(arena, dtype=torch.uint8)  # keeps the mapping alive while a tensor lies in it
     at = (-raw.data_ptr()) % HUGE_PAGE  # the first 2 MiB boundary
-    for ptr, tensors in storages.items():
+    moved = 0
+    for tensors in storages:
         old = tensors[0].untyped_storage()
-        raw[at : at + sizes[ptr]].copy_(torch.empty(0, dtype=torch.uint8).set_(old))
+        nbytes = old.nbytes()
+        raw[at : at + nbytes].copy_(torch.empty(0, dtype=torch.uint8).set_(old))
         for t in tensors:
             size = t.element_size()
             t.data = torch.empty(0, dtype=t.dtype).set_(raw.untyped_storage(), (at // size) + t.storage_offset(),
                                                        t.shape, t.stride())
-        at += -(-sizes[ptr] // 64) * 64
+        at += _padded(nbytes)
+        moved += nbytes
     _arenas.append((raw.data_ptr(), raw.data_ptr() + raw.numel(), weakref.ref(arena)))
-    return sum(sizes.values())
+    return moved
 
 
 def feedforward_no_grad(x: Tensor, fc1: Callable[[Tensor], Tensor], activation: str,
