@@ -55,7 +55,8 @@ def cases(quick: bool) -> dict[str, tuple[nn.Module, Tensor, int]]:
     gpt2, llama = (PRESETS["gpt-tiny"], PRESETS["llama-tiny"]) if quick else (PRESETS["gpt2"], LLAMA_124M)
     new = 8 if quick else 64
     out: dict[str, tuple[nn.Module, Tensor, int]] = {}
-    for name, cfg in (("GPT-2 124M", gpt2), ("Llama-shaped 124M", llama)):
+    names = ("gpt-tiny", "llama-tiny") if quick else ("GPT-2 124M", "Llama-shaped 124M")
+    for name, cfg in zip(names, (gpt2, llama)):
         f32 = build(dataclasses.replace(cfg, eos_id=None)).eval()
         prompt = torch.randint(4, cfg.vocab_size, (1, 16))
         out[f"{name}, float32, batch 1"] = (f32, prompt, new)
@@ -63,7 +64,8 @@ def cases(quick: bool) -> dict[str, tuple[nn.Module, Tensor, int]]:
     cfg = small_transformer(quick)
     marian = build(cfg).eval()
     marian.generator.bias.data[cfg.eos_id] = -1e4  # no sentence ends: every call makes every token
-    out["Marian-shaped, float32, batch 16"] = (marian, torch.randint(4, cfg.src_vocab_size, (16, 24)), new)
+    sources = torch.randint(4, cfg.src_vocab_size, (16, 24))
+    out[f"{'small ' if quick else ''}Marian-shaped, float32, batch 16"] = (marian, sources, new)
     return out
 
 

@@ -634,3 +634,18 @@ def test_reduced_products_quick_times_both_ways_for_both_precisions(tmp_path):
         assert row["rules"] > 0 and row["reduced"] > 0 and row["ratio"] > 0
     for shape in got["products"]:  # float32: the same product, to rounding
         assert got["ms"][f"{shape}, float32, generation, ms per token"]["same_tokens"]
+
+
+def test_huge_pages_quick_decodes_the_same_tokens_from_either_pages(tmp_path):
+    run_script("huge_pages", "--quick", "--cases", "gpt-tiny, float32", "--out", tmp_path / "out", cwd=tmp_path)
+    got = json.loads((tmp_path / "out" / "huge_pages.json").read_text())
+    (row,) = got["ms_per_token"].values()
+    assert row["same_tokens"] and row["pages_4k"] > 0 and row["pages_2m"] > 0
+    assert row["moved_mb"] > 0 if got["available"] else row["moved_mb"] == 0
+
+
+def test_inductor_options_quick_probes_an_int8_model(tmp_path):
+    run_script("inductor_options", "--quick", "--cases", "gpt2-b1-int8", "--options", "default", "--passes", "1",
+               "--out", tmp_path / "out", cwd=tmp_path, timeout=900)
+    row = json.loads((tmp_path / "out" / "inductor_options.json").read_text())["cases"]["gpt2-b1-int8"]
+    assert row["default"]["call_s"] > 0, row

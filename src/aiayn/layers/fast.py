@@ -41,6 +41,7 @@ C channels, M window side, nW windows per image, T = M*M patches per window, hea
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import sys
 import threading
@@ -377,7 +378,8 @@ def _move_block(storages: list[list[Tensor]]) -> int:
     """Copy each storage (the tensors sharing it) into one new mapping in huge pages, and point its tensors there."""
     total = sum(_padded(ts[0].untyped_storage().nbytes()) for ts in storages)
     arena = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    arena.madvise(mmap.MADV_HUGEPAGE)
+    with contextlib.suppress(OSError):  # refused (a sandbox, a kernel without them): 4 KiB pages still serve
+        arena.madvise(mmap.MADV_HUGEPAGE)
     raw = torch.frombuffer(arena, dtype=torch.uint8)  # keeps the mapping alive while a tensor lies in it
     at = (-raw.data_ptr()) % HUGE_PAGE  # the first 2 MiB boundary
     moved = 0
