@@ -11,16 +11,21 @@
                 which the step reads the buffers through (on), switched by ``aiayn.layers.session.BEAM_TABLE``
     rank        beam search's ranking after the model (top-k of the candidates, the finished set, the stopping
                 test): eager (off) or through ``torch.compile`` (on), switched by ``aiayn.decoding.beam.COMPILE_RANK``
+    packed      the products of 2 rows or more by large matrices: the rules' (oneDNN's over the plain matrix, or
+                inductor's; off) or oneDNN's over the weight's blocked copy (an opaque op, on), switched by
+                ``aiayn.layers.fast.PACK_COMPILED``
 
     python benchmarks/compiled_step_switches.py --switch attention [--threads 2] [--rounds 8]
     python benchmarks/compiled_step_switches.py --switch min-chunk
     python benchmarks/compiled_step_switches.py --switch width
     python benchmarks/compiled_step_switches.py --switch beam-table --cases translation-beam4-b16
     python benchmarks/compiled_step_switches.py --switch rank --cases translation-beam4-b16
+    python benchmarks/compiled_step_switches.py --switch packed --cases translation-greedy-b16 gpt2-b16
     python benchmarks/compiled_step_switches.py --switch attention --quick   # toy sizes, into a temporary folder
 
 Each case is an ``aiayn bench`` case's own work with ``compile=True``: the Marian-shaped translation model (batch 16,
-greedy and beam 4), llama-tiny (batch 1 and 16), GPT-2 124M at batch 1 and the Llama-shaped 124M at batch 16.
+greedy and beam 4), llama-tiny (batch 1 and 16), GPT-2 124M at batch 1 and 16 (16 prompts of 16 tokens, 64 new: a server's 16 slots) and the Llama-shaped
+124M at batch 16.
 After two calls of each setting (the compile, then a warm call), the two take their rounds in turn (A B, then
 B A); the ratio is the time with the switch off over the time with it on, round by round (> 1: the switch pays),
 and both must decode the same tokens. Writes ``benchmarks/results/compiled_step_<switch>.json``.
@@ -29,6 +34,7 @@ and both must decode the same tokens. Writes ``benchmarks/results/compiled_step_
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +46,7 @@ import torch._inductor.config as inductor_config
 from torch import Tensor
 
 import aiayn.decoding.beam as beam
+import aiayn.layers.fast as fast
 import aiayn.layers.functional as functional
 import aiayn.layers.session as static
 from aiayn.benchmark.cases import generation
@@ -53,7 +60,7 @@ from aiayn.models.transformer.session import seq2seq_step
 
 RESULTS = Path(__file__).parent / "results"  # a full run writes here unless --out says
 CASES = ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b1", "llama-tiny-b16", "gpt2-b1",
-         "llama-124m-b16"]
+         "gpt2-b16", "llama-124m-b16"]
 QUICK_CASES = ["translation-greedy-b16", "translation-beam4-b16", "llama-tiny-b16"]
 
 
@@ -63,8 +70,12 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
     if case.startswith("translation"):
         tr, beam = translation(quick, cpu), 4 if "beam4" in case else 1
         return lambda: decode(tr.ours, tr.src, beam, tr.new, 0.6, compile=True)
-    if case == "gpt2-b1":
+    if case.startswith("gpt2"):
         g = generation.generation(quick, cpu)
+        if case == "gpt2-b16":
+            prompt = torch.randint(0, g.ours.cfg.vocab_size, (16, g.prompt.size(1)),
+                                   generator=torch.Generator().manual_seed(0))
+            g = dataclasses.replace(g, prompt=prompt, new=8 if quick else 64)
     else:
         cfg = PRESETS["llama-tiny"] if case.startswith("llama-tiny") else generation.LLAMA_124M
         g = generation.llama_generation(cfg, int(case.rsplit("-b", 1)[1]), quick, cpu)
@@ -72,7 +83,8 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
 
 
 NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk"),  # (off, on) in the results
-         "width": ("buffer", "filled"), "beam-table": ("copied", "table"), "rank": ("eager", "compiled")}
+         "width": ("buffer", "filled"), "beam-table": ("copied", "table"), "rank": ("eager", "compiled"),
+         "packed": ("rules", "packed")}
 STEPS = (gpt_step, seq2seq_step)
 DEFAULT_MIN_CHUNK = inductor_config.cpp.min_chunk_size  # inductor's own (512)
 MIN_CHUNK = 1 << 16  # the alternative: a decode step's elementwise kernels (a layer norm of B x C) on one thread
@@ -105,6 +117,10 @@ def switch(name: str) -> Callable[[bool], None]:
         def rank(on: bool) -> None:
             beam.COMPILE_RANK = on
         return rank
+    if name == "packed":
+        def packed(on: bool) -> None:
+            fast.PACK_COMPILED = on
+        return packed
     steps = {False: chunked(DEFAULT_MIN_CHUNK), True: chunked(MIN_CHUNK)}
 
     def min_chunk(on: bool) -> None:

@@ -176,7 +176,8 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
     # oneDNN product goes in as the custom op aiayn::linear_onednn; on AVX2 2 to COMPILED_FEW_ROWS rows are swapped
     monkeypatch.setattr(fast, "SWAP_FEW_ROWS", swap)
     monkeypatch.setattr(fast, "ONEDNN_MIN_ROWS", min_rows)
-    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)  # the rule before it (its own test follows)
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)  # the rules before these (their own tests follow)
+    monkeypatch.setattr(fast, "PACK_COMPILED", False)
     ops, backend = traced_ops
 
     layer = Linear(1024, 1024)  # ONEDNN_MIN weights: oneDNN's, one row on AVX2, ONEDNN_MIN_ROWS or more elsewhere
@@ -196,6 +197,58 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
         torch.compile(small, backend=backend)(torch.randn(3, 64))
     assert ops and not any("onednn" in op for op in ops), ops
     assert any("addmm" in op for op in ops) == swap, ops
+
+
+@pytest.mark.skipif(not fast._PACKABLE, reason="this PyTorch has no oneDNN reorder")
+def test_a_compiled_step_multiplies_rows_by_the_blocked_copy_and_never_by_a_stale_one(monkeypatch, traced_ops):
+    # PACK_COMPILED: 2 rows or more by PACK_MIN weights or more go in as the op aiayn::linear_packed, which finds the
+    # weight's blocked copy when it runs: the parameter's own (made again when it changes), a slice's made for that
+    # memory while its owner lives unchanged (a compiled graph passes a slice as a fresh view), else the plain matrix
+    monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)
+    monkeypatch.setattr(fast, "PACK_COMPILED", True)
+    monkeypatch.setattr(fast, "PACK_MIN", 1000)
+    ops, backend = traced_ops
+    torch.manual_seed(0)
+    layer, x, part = Linear(64, 96), torch.randn(5, 64), slice(32, 80)
+
+    def both(x):
+        return layer(x), layer.rows(x, part)
+
+    def expected():
+        return F.linear(x, layer.weight, layer.bias), F.linear(x, layer.weight[part], layer.bias[part])
+
+    with torch.no_grad():
+        torch.compile(both, backend=backend, dynamic=False)(x)
+        assert sum("linear_packed" in op for op in ops) == 2, ops
+        one = torch.compile(Linear(64, 96), backend=backend, dynamic=False)
+        ops.clear()
+        one(x[:1])  # one row: not packed
+        assert not any("linear_packed" in op for op in ops), ops
+        layer = Linear(64, 96)  # no copy of its slice made yet (the traced graph above ran eagerly: it made one)
+        compiled = torch.compile(both, dynamic=False)  # inductor, the op called as it stands
+        found = []
+        monkeypatch.setattr(fast, "_held_pack", lambda w, held=fast._held_pack: found.append(held(w)) or found[-1])
+        for change in range(3):
+            with torch.inference_mode():
+                got = compiled(x)
+            for a, b in zip(got, expected()):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+            assert found[0] is not None  # the parameter's own copy
+            assert (found[1] is not None) == (change == 1)  # the slice's: only once eager made it, before a change
+            found.clear()
+            if change == 0:
+                fast.linear_packed(x, layer.weight[part], layer.bias[part])  # eager: the slice's copy, for its owner
+            else:
+                layer.weight.mul_(-0.5)  # an optimizer's step: every copy made before it is stale
+    monkeypatch.setattr(fast, "_compiling", lambda: True)
+    w = torch.randn(40, 30)
+    assert fast.packed_compiled_suits(torch.randn(2, 30), w)
+    assert not fast.packed_compiled_suits(torch.randn(1, 30), w)  # one row streams the matrix
+    assert not fast.packed_compiled_suits(torch.randn(2, 30), w[:, :20].contiguous()[:10])  # below PACK_MIN
+    assert not fast.packed_compiled_suits(torch.randn(2, 30, requires_grad=True), w)
+    assert fast.packed_compiled_suits(torch.randn(1, 30), w[:10], forced=True)
+    monkeypatch.setattr(fast, "ENABLED", False)
+    assert not fast.packed_compiled_suits(torch.randn(2, 30), w)
 
 
 @pytest.mark.parametrize("bias", [True, False])

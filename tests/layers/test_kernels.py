@@ -236,28 +236,51 @@ def test_under_inference_mode_a_plain_weight_is_packed_and_one_made_there_takes_
         assert kernels.table()  # measured there: the timing's own operands are plain tensors
 
 
-def test_a_compiled_steps_one_row_choice_is_timed_once_kept_and_read_back(measuring, monkeypatch):
-    # prepare_compiled: measure mode times whether one row takes inductor's multiply-and-sum once per machine, keeps
-    # the answer in the cache file and reads it back; a forced kernel turns it off; the rules leave the switch
+def test_a_compiled_steps_choices_are_timed_once_kept_and_read_back(measuring, monkeypatch):
+    # prepare_compiled: measure mode times whether one row takes inductor's multiply-and-sum, and whether more rows
+    # take the blocked copies, once per machine, keeps the answers in the cache file and reads them back; a forced
+    # kernel turns both off; the rules leave the switches
     timed = []
-    monkeypatch.setattr(kernels, "measure_reduced", lambda: timed.append(1) or False)
+    monkeypatch.setattr(kernels, "measure_reduced", lambda: timed.append("reduced") or False)
+    monkeypatch.setattr(kernels, "measure_packed", lambda: timed.append("packed") or True)
     monkeypatch.setattr(fast, "REDUCE_ONE_ROW", True)
+    monkeypatch.setattr(fast, "PACK_COMPILED", False)
     kernels.prepare_compiled()
-    name = f"compiled-1|reduced|{torch.get_num_threads()}t"
-    assert not fast.REDUCE_ONE_ROW and timed == [1]
-    assert json.loads(kernels.cache_file().read_text()) == {name: "rules"}
+    threads = torch.get_num_threads()
+    reduced, packed = f"compiled-1|reduced|{threads}t", f"compiled-{fast.PACK_ROWS}|packed|{threads}t"
+    assert not fast.REDUCE_ONE_ROW and fast.PACK_COMPILED and timed == ["reduced", "packed"]
+    assert json.loads(kernels.cache_file().read_text()) == {reduced: "rules", packed: "packed"}
     kernels.prepare_compiled()  # held in memory: not timed again
     kernels.forget()
-    kernels.cache_file().write_text(json.dumps({name: "reduced"}))  # a fresh read: the file's answer is used
+    kernels.cache_file().write_text(json.dumps({reduced: "reduced", packed: "rules"}))  # a fresh read: the file's
     kernels.prepare_compiled()
-    assert fast.REDUCE_ONE_ROW and timed == [1]
+    assert fast.REDUCE_ONE_ROW and not fast.PACK_COMPILED and timed == ["reduced", "packed"]
     kernels.use("onednn")
     kernels.prepare_compiled()
-    assert not fast.REDUCE_ONE_ROW
-    fast.REDUCE_ONE_ROW = True
+    assert not fast.REDUCE_ONE_ROW and not fast.PACK_COMPILED
+    fast.REDUCE_ONE_ROW = fast.PACK_COMPILED = True
     kernels.use("rules")
     kernels.prepare_compiled()
-    assert fast.REDUCE_ONE_ROW
+    assert fast.REDUCE_ONE_ROW and fast.PACK_COMPILED
+
+
+def slowly(kernel):
+    """``kernel``, 2 ms slower a call."""
+    def run(*args):
+        time.sleep(0.002)
+        return kernel(*args)
+    return run
+
+
+@pytest.mark.parametrize("slow", ["packed", "rules"])
+def test_timing_the_blocked_copy_for_a_compiled_step_keeps_the_faster_way(slow, monkeypatch):
+    # measure_packed times PACK_ROWS rows over the blocked copy against the rules' product for them in a compiled
+    # step: whichever is made 2 ms a call slower loses
+    monkeypatch.setattr(kernels, "REDUCED_SHAPE", (64, 32))
+    monkeypatch.setattr(kernels, "_cold_bytes", lambda: 0)  # one copy of the matrix
+    for name in ("packed",) if slow == "packed" else ("onednn", "linear", "swapped"):
+        monkeypatch.setitem(kernels.CANDIDATES, name, slowly(kernels.CANDIDATES[name]))
+    assert kernels.measure_packed() == (slow == "rules")
 
 
 @pytest.mark.parametrize("slow", ["reduced", "rules"])
@@ -266,12 +289,6 @@ def test_timing_the_reduced_product_keeps_the_faster_way(slow, monkeypatch):
     # 2 ms a call slower loses
     monkeypatch.setattr(kernels, "REDUCED_SHAPE", (64, 32))
     monkeypatch.setattr(kernels, "_cold_bytes", lambda: 0)  # one copy of the matrix
-
-    def slowly(kernel):
-        def run(*args):
-            time.sleep(0.002)
-            return kernel(*args)
-        return run
 
     if slow == "reduced":
         monkeypatch.setattr(fast, "linear_reduced", slowly(fast.linear_reduced))

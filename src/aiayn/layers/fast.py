@@ -16,9 +16,11 @@ time and memory of a whole run is in ``docs/benchmarks.md``, the timings of sing
     :func:`linear_reduced`         ``F.linear`` (Linear, int8)    one row in a compiled step: inductor's own
                                                                   kernel streaming the matrix, fused in the step
                                                                   (int8: weight-only, no opaque op)
-    :func:`linear_packed`          ``F.linear`` (Linear)          2 to 256 rows on AVX2, no gradient, eager:
-                                                                  oneDNN's inner product over the weight
-                                                                  reordered once into its blocked layout
+    :func:`linear_packed`          ``F.linear`` (Linear)          2 to 256 rows on AVX2, no gradient, eager,
+                                                                  and 2 rows or more by a large matrix in a
+                                                                  compiled step (an opaque op): oneDNN's inner
+                                                                  product over the weight reordered once into
+                                                                  its blocked layout
     :func:`in_huge_pages`          the allocator's 4 KiB pages    a compiled CPU step: its weights read from
                                    (a model's weights)            2 MiB pages, far fewer address translations
                                                                   while the step streams them
@@ -103,8 +105,9 @@ def _rows(x: Tensor) -> int:
 
 
 def _compiling() -> bool:
-    """Under ``torch.compile`` oneDNN's product goes in as an opaque op (:func:`linear_onednn`), the swapped one
-    as the operations it is (from 2 rows) and the packed one not at all."""
+    """Under ``torch.compile`` oneDNN's product goes in as an opaque op (:func:`linear_onednn`), the packed one as
+    another (:func:`linear_packed`, which finds the blocked copy when it runs) and the swapped one as the operations
+    it is (from 2 rows)."""
     return torch.compiler.is_compiling()
 
 
@@ -170,9 +173,9 @@ _packs_lock = threading.Lock()
 
 
 def packed_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
-    """Whether :func:`linear_packed` applies: a float32 CPU product that needs no gradient, outside autocast and
-    ``torch.compile`` (the blocked copy is made and checked in Python, per call), by a weight that counts its
-    changes (not one made under ``torch.inference_mode``, which has no version counter to say it changed)."""
+    """Whether :func:`linear_packed` applies eagerly: a float32 CPU product that needs no gradient, outside autocast
+    and ``torch.compile`` (there: :func:`packed_compiled_suits`), by a weight that counts its changes (not one made
+    under ``torch.inference_mode``, which has no version counter to say it changed)."""
     return (_PACKABLE and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu") and not _compiling()
             and not weight.is_inference())
@@ -210,10 +213,57 @@ def packed_weight(weight: Tensor) -> Tensor:
 def linear_packed(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)`` by oneDNN's inner product over :func:`packed_weight` (:func:`packed_suits`):
     without the reorder oneDNN makes of a plain matrix at every call (``benchmarks/linear_kernels.py --streamed``
-    times it beside the others); shapes as :func:`aiayn.layers.linear.linear`'s."""
+    times it beside the others); shapes as :func:`aiayn.layers.linear.linear`'s. Under ``torch.compile``
+    (:func:`packed_compiled_suits`) through :func:`_packed_op`, which finds the blocked copy when it runs."""
     flat = x.reshape(-1, x.size(-1))
-    out = torch.ops.mkldnn._linear_pointwise(flat, packed_weight(weight), bias, "none", [], "")
+    if _compiling():
+        out = _packed_op(flat, weight, bias)
+    else:
+        out = torch.ops.mkldnn._linear_pointwise(flat, packed_weight(weight), bias, "none", [], "")
     return out.view(*x.shape[:-1], weight.size(0))
+
+
+def _held_pack(weight: Tensor) -> Tensor | None:
+    """The blocked copy of ``weight`` as a compiled graph passes it: a parameter as itself (its copy made, or made
+    again, here: :func:`packed_weight`); a slice of one as a fresh view that knows no base, whose copy is the one
+    made for that memory (eagerly, where the slice has its base) while the owner lives and has not changed since;
+    else ``None``."""
+    if isinstance(weight, nn.Parameter) or weight._base is not None:
+        return packed_weight(weight)
+    held = _packs.get((weight.untyped_storage().data_ptr(), weight.storage_offset(), *weight.shape,
+                       *weight.stride()))
+    owner = None if held is None else held[0]()
+    if held is None or owner is None or owner.untyped_storage().data_ptr() != weight.untyped_storage().data_ptr():
+        return None
+    return held[2] if held[1] == owner._version else None
+
+
+def _packed_kernel(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """:func:`linear_packed` as an op of a compiled graph: over the weight's blocked copy where one is found
+    (:func:`_held_pack`), else oneDNN's product over the plain matrix (the same values)."""
+    blocked = _held_pack(weight)
+    if blocked is None:
+        return _onednn_kernel(x, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, blocked, bias, "none", [], "")
+
+
+_packed_op = cpu_op("linear_packed(Tensor x, Tensor weight, Tensor? bias) -> Tensor", _packed_kernel,
+                    lambda x, weight, bias: x.new_empty(x.size(0), weight.size(0)))
+
+# A compiled step's products of 2 rows or more by a matrix of PACK_MIN weights or more over the blocked copy (an
+# opaque op: packed_compiled_suits). The switch, and the rules' choice; with AIAYN_KERNELS=measure (the default)
+# aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs.
+PACK_COMPILED = True
+
+
+def packed_compiled_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None, forced: bool = False) -> bool:
+    """Whether a compiled step's product takes :func:`linear_packed` (:data:`PACK_COMPILED`): float32 on the CPU,
+    2 rows or more (one row streams the matrix: :func:`linear_reduced` or oneDNN's plain product), a matrix of at
+    least :data:`PACK_MIN` weights, no gradient, outside autocast. ``forced``: whatever the switch, rows and size
+    (``AIAYN_KERNELS=packed``)."""
+    return (_PACKABLE and _compiling() and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and (forced or (ENABLED and PACK_COMPILED and _rows(x) >= 2 and weight.numel() >= PACK_MIN))
+            and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
 def linear_suits(x: Tensor, weight: Tensor) -> bool:
@@ -482,6 +532,7 @@ __all__ = [
     "HUGE_PAGES",
     "IN_PLACE",
     "ONEDNN_MIN",
+    "PACK_COMPILED",
     "REDUCE_ONE_ROW",
     "SWAP_FEW_ROWS",
     "cpuinfo",
@@ -494,6 +545,7 @@ __all__ = [
     "linear_suits",
     "needs_grad",
     "onednn_suits",
+    "packed_compiled_suits",
     "reduced_suits",
     "window_attention",
 ]

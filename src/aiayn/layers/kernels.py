@@ -28,10 +28,12 @@ Only products worth timing are measured (a matrix of at least :data:`MEASURE_MIN
 on the CPU); the rest keep the rules. So does a compiled step: there ``F.linear`` is inductor's own product, fused
 with what follows it, which an eager timing does not measure (the Marian-shaped greedy step with oneDNN's product
 where eager timing chose it ran at 0.85x the rules' on the AMD EPYC), and the lookup itself (the thread count) broke
-the graph at every product, decoding at half the eager speed. One choice is made for compiled steps, before one is
-compiled (:func:`prepare_compiled`): whether one row takes inductor's own multiply-and-sum
-(:func:`~aiayn.layers.fast.linear_reduced`, a kernel only a compiled graph has), timed against the rules' one-row
-product once per machine and kept in the same file (``"compiled-1|reduced|2t": "reduced"`` or ``"rules"``).
+the graph at every product, decoding at half the eager speed. Two choices are made for compiled steps, before one is
+compiled (:func:`prepare_compiled`), each timed against the rules' product once per machine and kept in the same
+file: whether one row takes inductor's own multiply-and-sum (:func:`~aiayn.layers.fast.linear_reduced`, a kernel
+only a compiled graph has; ``"compiled-1|reduced|2t": "reduced"`` or ``"rules"``), and whether 2 rows or more by a
+large matrix take oneDNN's product over the weight's blocked copy (:func:`~aiayn.layers.fast.linear_packed` as an
+opaque op; ``"compiled-16|packed|2t": "packed"`` or ``"rules"``).
 Each candidate computes the same product, to float rounding (``tests/layers/test_kernels.py``).
 
 Shapes: N rows (every leading dimension of ``x`` together), K in, O out.
@@ -127,6 +129,8 @@ def rules(x: Tensor, weight: Tensor, bias: Tensor | None) -> str:
     gradient) or the swapped one, else ``F.linear``."""
     if fast.reduced_suits(x, weight):
         return "reduced"
+    if fast.packed_compiled_suits(x, weight, bias):
+        return "packed"
     if fast.onednn_suits(x, weight, bias):
         return "onednn"
     if fast.packed_few_rows(x, weight, bias):
@@ -141,8 +145,9 @@ def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     and takes float32; the swapped product takes few rows, outside a trace; the packed one is oneDNN's, eager)."""
     if name == "linear":
         return True
-    if name == "packed":
-        return fast.packed_suits(x, weight, bias)
+    if name == "packed":  # eager, or as a compiled graph's op (linear_packed, forced)
+        return fast.packed_suits(x, weight, bias) or (fast._compiling() and fast.packed_compiled_suits(
+            x, weight, bias, forced=True))
     cpu = x.device.type == "cpu" and x.dtype == weight.dtype
     if name == "swapped":
         rows = fast._rows(x)
@@ -200,29 +205,56 @@ CANDIDATES: dict[str, Callable[[Tensor, Tensor, Tensor | None], Tensor]] = {
     "linear": F.linear, "swapped": fast.linear_few_rows, "onednn": fast.linear_onednn, "packed": fast.linear_packed}
 
 
-CHOICES = (*CANDIDATES, "reduced", "rules")  # what the file may hold (the last two: prepare_compiled's)
+CHOICES = (*CANDIDATES, "reduced", "rules")  # what the file may hold (prepare_compiled's answers too)
 REDUCED_SHAPE = (3072, 768)  # the matrix prepare_compiled times one row by (a feed-forward layer's, GPT-2's)
 
 
 def prepare_compiled() -> None:
     """Before a decode step is compiled on the CPU: whether its one-row products take inductor's multiply-and-sum
-    (:data:`aiayn.layers.fast.REDUCE_ONE_ROW`), so that tracing reads a choice already made. By :func:`mode`:
-    ``measure`` reads this machine's choice from the file, else times it (:func:`measure_reduced`, once per machine
-    and thread count: a compile of a few seconds); a forced kernel turns it off; ``rules`` leaves the switch as set."""
+    (:data:`aiayn.layers.fast.REDUCE_ONE_ROW`) and whether its products of more rows take oneDNN's over the
+    weights' blocked copies (:data:`aiayn.layers.fast.PACK_COMPILED`), so that tracing reads choices already made.
+    By :func:`mode`: ``measure`` reads this machine's choices from the file, else times them (:func:`measure_reduced`,
+    :func:`measure_packed`, once per machine and thread count: a compile of a few seconds and a few timings); a
+    forced kernel turns both off; ``rules`` leaves the switches as set."""
     how = mode()
     if how == "rules":
         return
     if how != "measure":
-        fast.REDUCE_ONE_ROW = False
+        fast.REDUCE_ONE_ROW = fast.PACK_COMPILED = False
         return
-    name = f"compiled-1|reduced|{torch.get_num_threads()}t"
+    threads = torch.get_num_threads()
+    fast.REDUCE_ONE_ROW = _compiled_choice(f"compiled-1|reduced|{threads}t", "reduced", measure_reduced)
+    fast.PACK_COMPILED = _compiled_choice(f"compiled-{fast.PACK_ROWS}|packed|{threads}t", "packed", measure_packed)
+
+
+def _compiled_choice(name: str, way: str, faster: Callable[[], bool]) -> bool:
+    """Whether a compiled step takes ``way`` (the file's entry ``name``: ``way`` or ``"rules"``), timed by
+    ``faster`` where the file has no answer yet, and the answer kept."""
     found = table().get(name)
     if found is None:
-        found = "reduced" if measure_reduced() else "rules"
+        found = way if faster() else "rules"
         with _lock:
             table()[name] = found
             _save()
-    fast.REDUCE_ONE_ROW = found == "reduced"
+    return found == way
+
+
+def measure_packed() -> bool:
+    """Whether :data:`~aiayn.layers.fast.PACK_ROWS` rows by a :data:`REDUCED_SHAPE` matrix (with a bias) are
+    :data:`MARGIN` faster, in two timings, over its blocked copy (:func:`~aiayn.layers.fast.linear_packed`) than by
+    the product the rules give a compiled step (oneDNN's over the plain matrix where it suits, the swapped product on
+    AVX2, else ``F.linear``, the BLAS's, as inductor calls it). Each is one opaque call of the compiled graph, so
+    they are timed eagerly, from memory (:func:`timings`). On the AMD EPYC with AVX-512 the blocked copy made
+    GPT-2's compiled batch-16 generation 1.27x faster (``benchmarks/compiled_step_switches.py --switch packed``)."""
+    w, b = torch.empty(REDUCED_SHAPE), torch.empty(REDUCED_SHAPE[0])
+    x = torch.empty(fast.PACK_ROWS, REDUCED_SHAPE[1])
+    with torch.no_grad():
+        rule = "onednn" if fast.onednn_suits(x, w, b) else "swapped" if fast.SWAP_FEW_ROWS else "linear"
+    wins = 0
+    for _ in range(2):
+        seen = timings(fast.PACK_ROWS, w, b)
+        wins += "packed" in seen and seen["packed"] < (1 - MARGIN) * seen[rule]
+    return wins == 2
 
 
 def measure_reduced() -> bool:
