@@ -24,11 +24,11 @@
     python benchmarks/compiled_step_switches.py --switch attention --quick   # toy sizes, into a temporary folder
 
 Each case is an ``aiayn bench`` case's own work with ``compile=True``: the Marian-shaped translation model (batch 16,
-greedy and beam 4), llama-tiny (batch 1 and 16), GPT-2 124M at batch 1 and 16 (16 prompts of 16 tokens, 64 new: a server's 16 slots) and the Llama-shaped
-124M at batch 16.
-After two calls of each setting (the compile, then a warm call), the two take their rounds in turn (A B, then
-B A); the ratio is the time with the switch off over the time with it on, round by round (> 1: the switch pays),
-and both must decode the same tokens. Writes ``benchmarks/results/compiled_step_<switch>.json``.
+greedy and beam 4), llama-tiny (batch 1 and 16), GPT-2 124M at batch 1 and 16 (16 prompts of 16 tokens, 64 new: a
+server's 16 slots) and the Llama-shaped 124M at batch 16. After two calls of each setting (the compile, then a warm
+call), the two take their rounds in turn (A B, then B A); the ratio is the time with the switch off over the time with
+it on, round by round (> 1: the switch pays), and both must decode the same tokens. Writes
+``benchmarks/results/compiled_step_<switch>.json``.
 """
 
 from __future__ import annotations
