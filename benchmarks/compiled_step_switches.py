@@ -48,6 +48,7 @@ from torch import Tensor
 import aiayn.decoding.beam as beam
 import aiayn.layers.fast as fast
 import aiayn.layers.functional as functional
+import aiayn.layers.kernels as kernels
 import aiayn.layers.session as static
 from aiayn.benchmark.cases import generation
 from aiayn.benchmark.cases.decoding import decode, translation
@@ -118,6 +119,8 @@ def switch(name: str) -> Callable[[bool], None]:
             beam.COMPILE_RANK = on
         return rank
     if name == "packed":
+        kernels.use("rules")  # a session's prepare_compiled leaves the switch as set here (measure would set it)
+
         def packed(on: bool) -> None:
             fast.PACK_COMPILED = on
         return packed
