@@ -7,6 +7,8 @@ clients and the batch settings, for a GPT-2-shaped language model and the Marian
     python benchmarks/serve_load.py --compile           # the language model eager and with --compile, 16 clients
     python benchmarks/serve_load.py --peer              # against `transformers serve`, with and without its
                                                         # continuous batching: serve_peer.json
+    python benchmarks/serve_load.py --peer-rounds 7     # the target's two servers at 16 clients, in rounds:
+                                                        # serve_peer_rounds.json
 
 Each server is ``aiayn serve`` in its own process on 127.0.0.1 (port 0: a free one), loaded from a run folder
 this script writes into a temporary folder: random weights of ``gpt2`` (124M: 12 layers, d_model 768, a
@@ -100,6 +102,10 @@ def main(argv: list[str] | None = None) -> None:
                         "aiayn serve (eager, --compile) on the same exported folder, one at a time: serve_peer.json")
     p.add_argument("--peer-clients", type=int, nargs="+", default=[1, 4, 16, 64],
                    help="--peer's concurrent clients (default 1 4 16 64)")
+    p.add_argument("--peer-rounds", type=int, default=0,
+                   help="instead of the sweeps: the target's servers alone (transformers serve "
+                        "--continuous-batching, aiayn serve --compile), 16 clients, this many alternating rounds, "
+                        "each server started afresh in each: serve_peer_rounds.json (default 0: not run)")
     p.add_argument("--peer-max-batch", type=int, default=64,
                    help="--peer's eager aiayn serve --max-batch (default 64: the most clients, as transformers "
                         "serve's continuous batching takes them all; the compiled server keeps 16, since it steps "
@@ -117,6 +123,12 @@ def main(argv: list[str] | None = None) -> None:
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, **compiled(lm, args)}
             name = "serve_compile" + ("_tiny" if args.quick_models else "") + ("" if args.max_len else "_full")
             write_results(args.out, name, results)
+            return
+        if args.peer_rounds:  # the target's comparison in rounds, into its own file
+            results = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
+                       **peer_rounds(lm, Path(tmp) / "hf", args)}
+            write_results(args.out, "serve_peer_rounds", results)
+            print(f"target: {results['target']}")
             return
         if args.peer:  # transformers serve against aiayn serve, into its own file
             results = {"settings": {k: v for k, v in vars(args).items() if k != "out"},
@@ -369,6 +381,11 @@ def greedy_texts(url: str, prompts: list[str], new: int, model: str | None) -> l
     return out
 
 
+def plain(said: list[str]) -> list[str]:
+    """Texts without special tokens' text (``transformers serve`` skips it; ``aiayn serve`` spells ``<unk>``)."""
+    return [re.sub(r"<unk>|<s>|</s>|<pad>", "", t) for t in said]
+
+
 def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
     """``transformers serve`` (without and with continuous batching) and ``aiayn serve`` (eager, compiled) on one
     exported folder, one server at a time: the clients sweep of each, and their texts against aiayn's."""
@@ -389,9 +406,6 @@ def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
             by = {n: level(server.url, "completions", n, args.requests, args.new, prompts, batch.get(name, 0),
                            model=model) for n in args.peer_clients}
         found[name] = {"texts": said, "by_clients": by, "max_batch": batch.get(name)}
-    def plain(said: list[str]) -> list[str]:  # transformers serve skips special tokens' text; aiayn spells <unk>
-        return [re.sub(r"<unk>|<s>|</s>|<pad>", "", t) for t in said]
-
     ours = plain(found["aiayn"]["texts"])
     for entry in found.values():
         entry["texts_equal_aiayn"] = plain(entry["texts"]) == ours
@@ -405,6 +419,35 @@ def peer(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
                                                                            "transformers": theirs["p99_s"]},
               "met": ratio >= 2 and mine["p99_s"] <= theirs["p99_s"]}
     return {"servers": found, "target": target, "load_average_1_5_15": list(os.getloadavg()), "machine": machine()}
+
+
+def peer_rounds(run: Path, hf: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The target's comparison repeated: ``transformers serve --continuous-batching`` (the faster peer at 16 clients)
+    and ``aiayn serve --compile`` (16 slots, ``--max-len 64``) on one exported folder, one server at a time, started
+    afresh in each of ``--peer-rounds`` rounds (A B, then B A), 16 clients each; the throughput ratio round by round,
+    its median and lower quartile, and each side's p99 (median of the rounds)."""
+    aiayn.to_hf(run, hf)
+    prompts, checked, n = texts(256, 2), texts(8, 5), 16
+    sides = {"transformers --continuous-batching": lambda: transformers_serving(hf, args.threads, True),
+             "aiayn --compile": lambda: serving(hf, args.threads, n, compile=True, max_len=64)}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    said: dict[str, list[str]] = {}
+    for r in range(args.peer_rounds):
+        for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+            model = str(hf) if name.startswith("transformers") else None
+            with sides[name]() as server:
+                said[name] = greedy_texts(server.url, checked, args.new, model)  # (also the warm-up)
+                rounds[name].append(level(server.url, "completions", n, args.requests, args.new, prompts, n,
+                                          model=model))
+    ours, theirs = rounds["aiayn --compile"], rounds["transformers --continuous-batching"]
+    ratios = sorted(a["per_s"] / t["per_s"] for a, t in zip(ours, theirs))
+    q1 = statistics.quantiles(ratios, n=4, method="inclusive")[0] if len(ratios) > 1 else ratios[0]
+    p99 = {name: statistics.median(r["p99_s"] for r in got) for name, got in rounds.items()}
+    same = plain(said["transformers --continuous-batching"]) == plain(said["aiayn --compile"])
+    target = {"clients": n, "ratio_median": round(statistics.median(ratios), 3), "ratio_lower_quartile": round(q1, 3),
+              "p99_median_s": p99, "texts_equal": same,
+              "met": q1 >= 2 and p99["aiayn --compile"] <= p99["transformers --continuous-batching"]}
+    return {"rounds": rounds, "target": target, "load_average_1_5_15": list(os.getloadavg()), "machine": machine()}
 
 
 def rss_mib(pid: int) -> float:

@@ -527,6 +527,19 @@ def test_serve_load_quick_peer_serves_every_request_on_both_servers(tmp_path):
     assert result["servers"]["aiayn --compile"]["texts_equal_aiayn"] and result["target"]["clients"] == 2
 
 
+@pytest.mark.slow  # four servers started one after the other, two of them transformers'
+def test_serve_load_quick_peer_rounds_alternate_the_targets_servers(tmp_path):
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi", reason='transformers serve needs "transformers[serving]"')
+    run_script("serve_load", "--quick", "--peer-rounds", "2", "--out", tmp_path / "out", cwd=tmp_path, timeout=600)
+    result = json.loads((tmp_path / "out" / "serve_peer_rounds.json").read_text())
+    assert set(result["rounds"]) == {"transformers --continuous-batching", "aiayn --compile"}
+    for got in result["rounds"].values():
+        assert len(got) == 2 and all(lv["failed"] == 0 and lv["requests"] == 32 for lv in got)  # 16 clients x 2
+    target = result["target"]
+    assert target["texts_equal"] and target["clients"] == 16 and target["ratio_lower_quartile"] > 0
+
+
 @pytest.mark.parametrize("mode", [[], ["--compile", "--rounds", "2"]], ids=["sweeps", "compile"])
 def test_serve_load_quick_serves_every_request(tmp_path, mode):
     pytest.importorskip("uvicorn")
