@@ -201,12 +201,13 @@ def test_under_torch_compile_onednn_is_an_opaque_op_and_few_rows_are_swapped_on_
 
 @pytest.mark.skipif(not fast._PACKABLE, reason="this PyTorch has no oneDNN reorder")
 def test_a_compiled_step_multiplies_rows_by_the_blocked_copy_and_never_by_a_stale_one(monkeypatch, traced_ops):
-    # PACK_COMPILED: 2 rows or more by PACK_MIN weights or more go in as the op aiayn::linear_packed, which finds the
-    # weight's blocked copy when it runs: the parameter's own (made again when it changes), a slice's made for that
-    # memory while its owner lives unchanged (a compiled graph passes a slice as a fresh view), else the plain matrix
+    # PACK_COMPILED: 2 rows or more by COMPILED_PACK_MIN weights or more go in as the op aiayn::linear_packed, which
+    # finds the weight's blocked copy when it runs: the parameter's own (made again when it changes), a slice's made
+    # for that memory while its owner lives unchanged (a compiled graph passes a slice as a fresh view), else the
+    # plain matrix
     monkeypatch.setattr(fast, "REDUCE_ONE_ROW", False)
     monkeypatch.setattr(fast, "PACK_COMPILED", True)
-    monkeypatch.setattr(fast, "PACK_MIN", 1000)
+    monkeypatch.setattr(fast, "COMPILED_PACK_MIN", 1000)
     ops, backend = traced_ops
     torch.manual_seed(0)
     layer, x, part = Linear(64, 96), torch.randn(5, 64), slice(32, 80)
@@ -244,7 +245,7 @@ def test_a_compiled_step_multiplies_rows_by_the_blocked_copy_and_never_by_a_stal
     w = torch.randn(40, 30)
     assert fast.packed_compiled_suits(torch.randn(2, 30), w)
     assert not fast.packed_compiled_suits(torch.randn(1, 30), w)  # one row streams the matrix
-    assert not fast.packed_compiled_suits(torch.randn(2, 30), w[:, :20].contiguous()[:10])  # below PACK_MIN
+    assert not fast.packed_compiled_suits(torch.randn(2, 30), w[:, :20].contiguous()[:10])  # below COMPILED_PACK_MIN
     assert not fast.packed_compiled_suits(torch.randn(2, 30, requires_grad=True), w)
     assert fast.packed_compiled_suits(torch.randn(1, 30), w[:10], forced=True)
     monkeypatch.setattr(fast, "ENABLED", False)

@@ -250,19 +250,23 @@ def _packed_kernel(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 _packed_op = cpu_op("linear_packed(Tensor x, Tensor weight, Tensor? bias) -> Tensor", _packed_kernel,
                     lambda x, weight, bias: x.new_empty(x.size(0), weight.size(0)))
 
-# A compiled step's products of 2 rows or more by a matrix of PACK_MIN weights or more over the blocked copy (an
-# opaque op: packed_compiled_suits). The switch, and the rules' choice; with AIAYN_KERNELS=measure (the default)
-# aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs.
+# A compiled step's products of 2 rows or more by a matrix of COMPILED_PACK_MIN weights or more over the blocked copy
+# (an opaque op: packed_compiled_suits). The switch, and the rules' choice; with AIAYN_KERNELS=measure (the default)
+# aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On the AMD EPYC with AVX-512
+# (benchmarks/compiled_step_switches.py --switch packed) it made compiled GPT-2 and Llama-shaped 124M generation at
+# batch 16 1.31-1.33x faster; the Marian-shaped translation 1.08x (greedy) and 1.05x (beam 4) with eager's PACK_MIN,
+# 1.20x and 1.26x with its 256 x 1,024 matrices packed too: hence a threshold of its own, 2^16 weights.
 PACK_COMPILED = True
+COMPILED_PACK_MIN = 1 << 16
 
 
 def packed_compiled_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None, forced: bool = False) -> bool:
     """Whether a compiled step's product takes :func:`linear_packed` (:data:`PACK_COMPILED`): float32 on the CPU,
     2 rows or more (one row streams the matrix: :func:`linear_reduced` or oneDNN's plain product), a matrix of at
-    least :data:`PACK_MIN` weights, no gradient, outside autocast. ``forced``: whatever the switch, rows and size
-    (``AIAYN_KERNELS=packed``)."""
+    least :data:`COMPILED_PACK_MIN` weights, no gradient, outside autocast. ``forced``: whatever the switch, rows
+    and size (``AIAYN_KERNELS=packed``)."""
     return (_PACKABLE and _compiling() and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
-            and (forced or (ENABLED and PACK_COMPILED and _rows(x) >= 2 and weight.numel() >= PACK_MIN))
+            and (forced or (ENABLED and PACK_COMPILED and _rows(x) >= 2 and weight.numel() >= COMPILED_PACK_MIN))
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
 
 
@@ -527,6 +531,7 @@ def window_attention(attn: Callable[..., tuple[Tensor, Any]], x: Tensor, mask: T
 
 
 __all__ = [
+    "COMPILED_PACK_MIN",
     "ENABLED",
     "FEW_ROWS",
     "HUGE_PAGES",
