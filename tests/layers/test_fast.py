@@ -248,6 +248,9 @@ def test_a_compiled_step_multiplies_rows_by_the_blocked_copy_and_never_by_a_stal
     assert not fast.packed_compiled_suits(torch.randn(2, 30), w[:, :20].contiguous()[:10])  # below COMPILED_PACK_MIN
     assert not fast.packed_compiled_suits(torch.randn(2, 30, requires_grad=True), w)
     assert fast.packed_compiled_suits(torch.randn(1, 30), w[:10], forced=True)
+    with torch.inference_mode():
+        made_here = torch.randn(40, 30)  # no version counter: a copy could go stale unseen, so the plain matrix
+        assert fast._held_pack(torch.nn.Parameter(made_here, requires_grad=False)) is None
     monkeypatch.setattr(fast, "ENABLED", False)
     assert not fast.packed_compiled_suits(torch.randn(2, 30), w)
 

@@ -227,8 +227,8 @@ def _held_pack(weight: Tensor) -> Tensor | None:
     """The blocked copy of ``weight`` as a compiled graph passes it: a parameter as itself (its copy made, or made
     again, here: :func:`packed_weight`); a slice of one as a fresh view that knows no base, whose copy is the one
     made for that memory (eagerly, where the slice has its base) while the owner lives and has not changed since;
-    else ``None``."""
-    if isinstance(weight, nn.Parameter) or weight._base is not None:
+    else ``None`` (a weight made under ``torch.inference_mode`` has no version counter to say it changed)."""
+    if not weight.is_inference() and (isinstance(weight, nn.Parameter) or weight._base is not None):
         return packed_weight(weight)
     held = _packs.get((weight.untyped_storage().data_ptr(), weight.storage_offset(), *weight.shape,
                        *weight.stride()))
@@ -263,8 +263,9 @@ COMPILED_PACK_MIN = 1 << 16
 def packed_compiled_suits(x: Tensor, weight: Tensor, bias: Tensor | None = None, forced: bool = False) -> bool:
     """Whether a compiled step's product takes :func:`linear_packed` (:data:`PACK_COMPILED`): float32 on the CPU,
     2 rows or more (one row streams the matrix: :func:`linear_reduced` or oneDNN's plain product), a matrix of at
-    least :data:`COMPILED_PACK_MIN` weights, no gradient, outside autocast. ``forced``: whatever the switch, rows
-    and size (``AIAYN_KERNELS=packed``)."""
+    least :data:`COMPILED_PACK_MIN` weights, no gradient, outside autocast (a weight made under
+    ``torch.inference_mode``, which tracing cannot ask about, gets oneDNN's product over the plain matrix when the op
+    runs: :func:`_held_pack`). ``forced``: whatever the switch, rows and size (``AIAYN_KERNELS=packed``)."""
     return (_PACKABLE and _compiling() and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and (forced or (ENABLED and PACK_COMPILED and _rows(x) >= 2 and weight.numel() >= COMPILED_PACK_MIN))
             and not needs_grad(x, weight, bias) and not torch.is_autocast_enabled("cpu"))
