@@ -253,9 +253,10 @@ _packed_op = cpu_op("linear_packed(Tensor x, Tensor weight, Tensor? bias) -> Ten
 # A compiled step's products of 2 rows or more by a matrix of COMPILED_PACK_MIN weights or more over the blocked copy
 # (an opaque op: packed_compiled_suits). The switch, and the rules' choice; with AIAYN_KERNELS=measure (the default)
 # aiayn.layers.kernels.prepare_compiled sets it by timing on the machine that runs. On the AMD EPYC with AVX-512
-# (benchmarks/compiled_step_switches.py --switch packed) it made compiled GPT-2 and Llama-shaped 124M generation at
-# batch 16 1.31-1.33x faster; the Marian-shaped translation 1.08x (greedy) and 1.05x (beam 4) with eager's PACK_MIN,
-# 1.20x and 1.26x with its 256 x 1,024 matrices packed too: hence a threshold of its own, 2^16 weights.
+# (benchmarks/compiled_step_switches.py --switch packed, results/amd-epyc-avx512/compiled_step_packed.json) it made
+# compiled GPT-2 and Llama-shaped 124M generation at batch 16 1.42x and 1.40x faster, and the Marian-shaped
+# translation 1.34x (greedy) and 1.17x (beam 4), with its 256 x 1,024 matrices packed; with eager's PACK_MIN only its
+# output layer was, and it gained 1.08x and 1.05x (that file at bd70d1a): hence a threshold of its own, 2^16 weights.
 PACK_COMPILED = True
 COMPILED_PACK_MIN = 1 << 16
 

@@ -142,7 +142,8 @@ def rules(x: Tensor, weight: Tensor, bias: Tensor | None) -> str:
 
 def applies(name: str, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """Whether kernel ``name`` can compute this product (each has its own conditions: oneDNN's op has no backward
-    and takes float32; the swapped product takes few rows, outside a trace; the packed one is oneDNN's, eager)."""
+    and takes float32; the swapped product takes few rows, outside a trace; the packed one is oneDNN's, eager or,
+    forced, as a compiled graph's op)."""
     if name == "linear":
         return True
     if name == "packed":  # eager, or as a compiled graph's op (linear_packed, forced)
@@ -245,7 +246,7 @@ def measure_packed() -> bool:
     the product the rules give a compiled step (oneDNN's over the plain matrix where it suits, the swapped product on
     AVX2, else ``F.linear``, the BLAS's, as inductor calls it). Each is one opaque call of the compiled graph, so
     they are timed eagerly, from memory (:func:`timings`). On the AMD EPYC with AVX-512 the blocked copy made
-    GPT-2's compiled batch-16 generation 1.27x faster (``benchmarks/compiled_step_switches.py --switch packed``)."""
+    GPT-2's compiled batch-16 generation 1.42x faster (``benchmarks/compiled_step_switches.py --switch packed``)."""
     w, b = torch.empty(REDUCED_SHAPE), torch.empty(REDUCED_SHAPE[0])
     x = torch.empty(fast.PACK_ROWS, REDUCED_SHAPE[1])
     with torch.no_grad():
