@@ -11,6 +11,8 @@
                 which the step reads the buffers through (on), switched by ``aiayn.layers.session.BEAM_TABLE``
     rank        beam search's ranking after the model (top-k of the candidates, the finished set, the stopping
                 test): eager (off) or through ``torch.compile`` (on), switched by ``aiayn.decoding.beam.COMPILE_RANK``
+    block       beam search's top-k of the K x V candidates: over all of them (off) or over the best blocks of
+                64 tokens first (on), switched by ``aiayn.decoding.beam.BLOCK``
     packed      the products of 2 rows or more by large matrices: the rules' (oneDNN's over the plain matrix, or
                 inductor's; off) or oneDNN's over the weight's blocked copy (an opaque op, on), switched by
                 ``aiayn.layers.fast.PACK_COMPILED``
@@ -20,6 +22,7 @@
     python benchmarks/compiled_step_switches.py --switch width
     python benchmarks/compiled_step_switches.py --switch beam-table --cases translation-beam4-b16
     python benchmarks/compiled_step_switches.py --switch rank --cases translation-beam4-b16
+    python benchmarks/compiled_step_switches.py --switch block --cases translation-beam4-b16
     python benchmarks/compiled_step_switches.py --switch packed --cases translation-greedy-b16 gpt2-b16
     python benchmarks/compiled_step_switches.py --switch attention --quick   # toy sizes, into a temporary folder
 
@@ -85,7 +88,7 @@ def work(case: str, quick: bool) -> Callable[[], Tensor]:
 
 NAMES = {"attention": ("fused", "explicit"), "min-chunk": ("default", "min_chunk"),  # (off, on) in the results
          "width": ("buffer", "filled"), "beam-table": ("copied", "table"), "rank": ("eager", "compiled"),
-         "packed": ("rules", "packed")}
+         "block": ("all", "blocks"), "packed": ("rules", "packed")}
 STEPS = (gpt_step, seq2seq_step)
 DEFAULT_MIN_CHUNK = inductor_config.cpp.min_chunk_size  # inductor's own (512)
 MIN_CHUNK = 1 << 16  # the alternative: a decode step's elementwise kernels (a layer norm of B x C) on one thread
@@ -118,6 +121,12 @@ def switch(name: str) -> Callable[[bool], None]:
         def rank(on: bool) -> None:
             beam.COMPILE_RANK = on
         return rank
+    if name == "block":
+        block = beam.BLOCK
+
+        def blocks(on: bool) -> None:
+            beam.BLOCK = block if on else None
+        return blocks
     if name == "packed":
         kernels.use("rules")  # a session's prepare_compiled leaves the switch as set here (measure would set it)
 

@@ -208,3 +208,41 @@ def test_gnmt_penalty_is_wu_et_als_formula_at_hand_computed_values(length, alpha
     assert gnmt_penalty(length, alpha) == pytest.approx(expected, rel=1e-12)
     assert length_power(length, alpha) == pytest.approx(length**alpha, rel=1e-12)  # fairseq / Hugging Face's
 
+
+
+@pytest.mark.parametrize("A, K, V", [(3, 4, 1000), (2, 3, 301), (1, 1, 200), (4, 2, 129)])
+def test_the_top_k_over_the_best_blocks_takes_the_candidates_of_the_top_k_over_all(monkeypatch, A, K, V):
+    """``beam.BLOCK``: the ``n`` best of the ``K*V`` candidates found among the ``n`` blocks of tokens whose best is
+    highest are those of ``torch.topk`` over all of them (values and indices: random scores have no ties), with
+    a last block shorter than the others, beams at -inf (step 1: only beam 0 is live) and tokens banned."""
+    from aiayn.decoding import beam
+
+    torch.manual_seed(V)
+    logp = torch.randn(A * K, V).log_softmax(-1)
+    logp[:, 7] = float("-inf")
+    live = torch.randn(A, K)
+    live[0, 1:] = float("-inf")
+    n = min(2 * K, K * V)
+    expected = (live.view(-1, 1) + logp).view(A, K * V).topk(n, dim=1)
+    monkeypatch.setattr(beam, "BLOCK", 64)
+    got = beam._best(logp, live, n)
+    assert torch.equal(got[0], expected.values) and torch.equal(got[1], expected.indices)
+    # ties: every score one of a few values; the same scores, and each index names a candidate of that score
+    logp = torch.randint(0, 3, (A * K, V)).float()
+    expected = (live.view(-1, 1) + logp).view(A, K * V).topk(n, dim=1)
+    got = beam._best(logp, live, n)
+    assert torch.equal(got[0], expected.values)
+    assert torch.equal((live.view(-1, 1) + logp).view(A, K * V).gather(1, got[1]), got[0])
+
+
+def test_beam_search_over_the_best_blocks_finds_the_hypotheses_of_the_search_over_all(monkeypatch):
+    """The whole search with a vocabulary of several blocks: the same hypotheses and scores either way."""
+    from aiayn.decoding import beam
+
+    model = tiny_model(3, vocab=300)
+    monkeypatch.setattr(beam, "BLOCK", None)
+    every = beam_search(model, SRC, beam=4, max_len=12, return_scores=True, num_return_sequences=2)
+    monkeypatch.setattr(beam, "BLOCK", 64)
+    blocks = beam_search(model, SRC, beam=4, max_len=12, return_scores=True, num_return_sequences=2)
+    assert torch.equal(every[0], blocks[0]) and torch.equal(every[1], blocks[1])
+    assert every[0].size(1) > 2  # hypotheses of several tokens

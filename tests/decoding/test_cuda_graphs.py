@@ -17,6 +17,7 @@ from torch._inductor import output_code
 from torch._inductor.cudagraph_utils import check_for_mutation_ignore_cuda_graph_managed_tensor
 
 import aiayn
+from aiayn.decoding import beam
 from aiayn.layers import kv_cache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,6 +43,7 @@ def graphs(monkeypatch):
         found.append((sorted(graph.mutated_input_idxs), reason))
 
     monkeypatch.setattr(output_code.CompiledFxGraph, "__init__", spy)
+    monkeypatch.setattr(beam, "COMPILE_RANK", False)  # the ranking's graph writes nothing and is no step: not here
     torch._dynamo.reset()
     # compiled here, not read from a cache; the check as with a GPU's default (CUDA graph trees)
     with torch._inductor.config.patch({"fx_graph_cache": False, "triton.cudagraph_trees": True}):
