@@ -241,6 +241,58 @@ def test_compiled_int8_slots_step_as_the_eager_int8_slots():
     assert torch.equal(*runs) and not counters["graph_break"], dict(counters["graph_break"])
 
 
+def test_a_compiled_servers_slots_compute_the_slots_up_to_the_highest_taken_in_two_graphs():
+    """A server's compiled slots (``aiayn serve --compile``) compute the slots up to the highest one taken, a row
+    joining the lowest free slot: one client costs one row, not every slot. The logits are the eager static
+    slots'; after the warm-up (one slot, and every other number) nothing is compiled again."""
+    from torch._dynamo.utils import counters
+
+    gpt = model("llama-tiny")
+    prompts = {0: [5, 9, 12], 1: [7, 3, 4, 4, 8], 2: [30, 31]}
+    runs: dict[bool, list[torch.Tensor]] = {}
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        for flag in (False, True):
+            slots = gpt.slots(4, 24, static=True, compile=flag)
+            slots.warm()
+            graphs = counters["stats"]["unique_graphs"]
+            rows: list[int] = []
+            run = slots.run
+            slots.run = lambda *a: rows.append(a[2].size(0)) or run(*a)  # the step's rows
+            got, tokens = runs.setdefault(flag, []), {}
+
+            def join(*which):
+                taken, logits = slots.join([prompts[w] for w in which], [12] * len(which))
+                assert taken == list(which)  # the lowest free slots
+                got.append(logits)
+                tokens.update(zip(taken, logits.argmax(-1).tolist()))
+
+            def step():
+                live = sorted(tokens)
+                logits = slots.step(live, [tokens[s] for s in live])
+                got.append(logits)
+                tokens.update(zip(live, logits.argmax(-1).tolist()))
+
+            join(0)
+            step()  # one client: one row
+            join(1, 2)
+            step()
+            slots.leave(1)
+            del tokens[1]
+            step()  # slot 1 free: still up to slot 2
+            slots.leave(2)
+            del tokens[2]
+            step()  # one row again
+            join(1)
+            step()
+            assert rows == [1, 3, 3, 1, 2], rows
+            assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled after the warm-up
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters["graph_break"])
+    for eager, compiled in zip(runs[False], runs[True], strict=True):
+        torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
+
+
 def test_beam_searchs_ranking_compiled_gives_the_same_hypotheses_as_sentences_leave(monkeypatch):
     """``beam.COMPILE_RANK``: the ranking after the model through ``torch.compile`` (one graph of tensors of fixed
     shapes), the eager hypotheses (their scores to the compiled step's rounding); when sentences finish at

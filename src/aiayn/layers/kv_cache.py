@@ -189,17 +189,17 @@ class StaticKVCache:
         return StaticKVCache(self.k, self.v, self.index, self.apart, width, rows)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        rows = k.size(0)  # the first rows of the buffers (a server's slots up to the highest taken), or all
         if self.apart:  # row b's column index[b] (B, H, D): an index_put_, which inductor writes in place
-            rows = torch.arange(k.size(0), device=k.device)
-            self.k[rows, :, self.index] = k[:, :, 0]
-            self.v[rows, :, self.index] = v[:, :, 0]
+            self.k[torch.arange(rows, device=k.device), :, self.index[:rows]] = k[:, :, 0]
+            self.v[torch.arange(rows, device=k.device), :, self.index[:rows]] = v[:, :, 0]
         else:  # a sliding window's buffers are a ring of W columns: column c is written at c mod W
             at = self.index[:1] % self.k.size(2)
             self.k.index_copy_(2, at, k)
             self.v.index_copy_(2, at, v)
         if self.width is None:
-            return self.k, self.v
-        k, v = self.k[:, :, : self.width], self.v[:, :, : self.width]  # (a view of all of them at full width)
+            return self.k[:rows], self.v[:rows]
+        k, v = self.k[:rows, :, : self.width], self.v[:rows, :, : self.width]  # (a view at full width)
         if self.rows is None:
             return k, v
         columns = torch.arange(self.width, device=k.device)  # each hypothesis' column c from row rows[b, c]

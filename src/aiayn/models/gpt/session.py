@@ -232,7 +232,7 @@ class Slots(abc.ABC):
             raise ValueError(f"slots={slots} and length={length} must be >= 1")
         self.model, self.slots, self.length = model, slots, length
         self.device = next(model.parameters()).device
-        self.free = list(range(slots))[::-1]  # popped from the end: slot 0 first
+        self.free = list(range(slots))[::-1]  # popped from the end: the lowest slot free first
         self.left: dict[int, int] = {}  # each decoding slot's steps left (its first token came from the prefill)
         self.cached: dict[int, int] = {}  # each decoding slot's positions fed: its prompt, then a token per step
 
@@ -268,6 +268,7 @@ class Slots(abc.ABC):
         """The row in ``slot`` ended (or was abandoned): the slot is free."""
         del self.left[slot], self.cached[slot]
         self.free.append(slot)
+        self.free.sort(reverse=True)  # (a static session computes its slots up to the highest taken)
 
     def step(self, slots: list[int], tokens: list[int]) -> Tensor:
         """Feed each of ``slots`` (every slot decoding, once) its token; their logits ``(n, V)``, in that order."""
@@ -416,7 +417,9 @@ class SlotSession(Slots):
         slot 1     p p b | . . . .             and computes the free slot 2 without reading it
         slot 2     (free)
 
-    A step attends over the columns of the longest row rounded up to a bucket (a dynamic size: one compile).
+    A step attends over the columns of the longest row rounded up to a bucket, and computes the slots up to the
+    highest taken (a row joins the lowest free slot): two dynamic sizes, so one compile serves every width and
+    every number of slots from 2 (one slot is a graph of its own), and a server with one client computes one row.
     """
 
     def __init__(self, model: GPT, slots: int, length: int | None = None, compile: bool = False) -> None:
@@ -464,20 +467,24 @@ class SlotSession(Slots):
         measured (:meth:`Slots.warm`): call it on the thread that will step."""
         super().warm()
         with torch.no_grad():
-            self._run(torch.zeros(self.slots, dtype=torch.long, device=self.device), 1)
+            for n in sorted({1, self.slots}):  # one slot, and the graph of every other number
+                self._run(torch.zeros(n, dtype=torch.long, device=self.device), 1)
 
     def _run(self, tokens: Tensor, width: int) -> Tensor:
+        """The step over the first ``n`` slots, ``tokens`` ``(n,)`` (``n`` a dynamic size, as the ``width``)."""
+        n = tokens.size(0)
         held = narrow(self.columns, bucket(width, self.length))
-        logits = self.run(self.model, self.layers, tokens.contiguous()[:, None], self.index, self.real,
-                          self.positions, held, self.window)
+        index, real, positions = (narrow(t, n) for t in (self.index, self.real, self.positions))
+        logits = self.run(self.model, self.layers, narrow(tokens.contiguous()[:, None], n), index, real, positions,
+                          held, self.window)
         return logits.clone() if logits.is_cuda else logits
 
     @torch.no_grad()
     def _step(self, slots: list[int], tokens: list[int]) -> Tensor:
         where = torch.tensor(slots, device=self.device)
-        fed = torch.zeros(self.slots, dtype=torch.long, device=self.device)  # (S,) free slots: any id
+        fed = torch.zeros(max(slots) + 1, dtype=torch.long, device=self.device)  # (n,) free slots: any id
         fed[where] = torch.tensor(tokens, device=self.device)
-        logits = self._run(fed, max(self.next) + 1)  # (S, V)
+        logits = self._run(fed, max(self.next) + 1)  # (n, V)
         self.index += self.live  # the next column of each row decoding
         for slot in slots:
             self.next[slot] += 1
