@@ -241,6 +241,43 @@ def test_compiled_int8_slots_step_as_the_eager_int8_slots():
     assert torch.equal(*runs) and not counters["graph_break"], dict(counters["graph_break"])
 
 
+def drive_slots(slots, prompts):
+    """Rows join and leave ``slots`` as a server's would: the logits of every join and step, and the rows each
+    step computed (its tokens' batch)."""
+    rows: list[int] = []
+    run = slots.run
+    slots.run = lambda *a: rows.append(a[2].size(0)) or run(*a)
+    got, tokens = [], {}
+
+    def join(*which):
+        taken, logits = slots.join([prompts[w] for w in which], [12] * len(which))
+        assert taken == list(which)  # the lowest free slots
+        got.append(logits)
+        tokens.update(zip(taken, logits.argmax(-1).tolist()))
+
+    def step():
+        live = sorted(tokens)
+        logits = slots.step(live, [tokens[s] for s in live])
+        got.append(logits)
+        tokens.update(zip(live, logits.argmax(-1).tolist()))
+
+    def leave(slot):
+        slots.leave(slot)
+        del tokens[slot]
+
+    join(0)
+    step()  # one client: one row
+    join(1, 2)
+    step()
+    leave(1)
+    step()  # slot 1 free: still up to slot 2
+    leave(2)
+    step()  # one row again
+    join(1)
+    step()
+    return rows, got
+
+
 def test_a_compiled_servers_slots_compute_the_slots_up_to_the_highest_taken_in_two_graphs():
     """A server's compiled slots (``aiayn serve --compile``) compute the slots up to the highest one taken, a row
     joining the lowest free slot: one client costs one row, not every slot. The logits are the eager static
@@ -249,7 +286,7 @@ def test_a_compiled_servers_slots_compute_the_slots_up_to_the_highest_taken_in_t
 
     gpt = model("llama-tiny")
     prompts = {0: [5, 9, 12], 1: [7, 3, 4, 4, 8], 2: [30, 31]}
-    runs: dict[bool, list[torch.Tensor]] = {}
+    runs = {}
     torch._dynamo.reset()
     counters.clear()
     with torch.no_grad():
@@ -257,35 +294,7 @@ def test_a_compiled_servers_slots_compute_the_slots_up_to_the_highest_taken_in_t
             slots = gpt.slots(4, 24, static=True, compile=flag)
             slots.warm()
             graphs = counters["stats"]["unique_graphs"]
-            rows: list[int] = []
-            run = slots.run
-            slots.run = lambda *a: rows.append(a[2].size(0)) or run(*a)  # the step's rows
-            got, tokens = runs.setdefault(flag, []), {}
-
-            def join(*which):
-                taken, logits = slots.join([prompts[w] for w in which], [12] * len(which))
-                assert taken == list(which)  # the lowest free slots
-                got.append(logits)
-                tokens.update(zip(taken, logits.argmax(-1).tolist()))
-
-            def step():
-                live = sorted(tokens)
-                logits = slots.step(live, [tokens[s] for s in live])
-                got.append(logits)
-                tokens.update(zip(live, logits.argmax(-1).tolist()))
-
-            join(0)
-            step()  # one client: one row
-            join(1, 2)
-            step()
-            slots.leave(1)
-            del tokens[1]
-            step()  # slot 1 free: still up to slot 2
-            slots.leave(2)
-            del tokens[2]
-            step()  # one row again
-            join(1)
-            step()
+            rows, runs[flag] = drive_slots(slots, prompts)
             assert rows == [1, 3, 3, 1, 2], rows
             assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled after the warm-up
     assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"], dict(counters["graph_break"])
