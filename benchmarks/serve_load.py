@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> None:
                         "each server started afresh in each: serve_peer_rounds.json (default 0: not run)")
     p.add_argument("--peer-max-batch", type=int, default=64,
                    help="--peer's eager aiayn serve --max-batch (default 64: the most clients, as transformers "
-                        "serve's continuous batching takes them all; the compiled server keeps 16, since it steps "
-                        "every slot)")
+                        "serve's continuous batching takes them all; the compiled server keeps 16, since its step "
+                        "computes every slot up to the highest taken)")
     p.add_argument("--rounds", type=int, default=5, help="--compile's alternating rounds (default 5)")
     p.add_argument("--max-len", type=int, default=64,
                    help="--compile's servers' --max-len (default 64; 0: the model's positions, into "

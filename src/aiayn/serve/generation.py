@@ -7,7 +7,8 @@ This module schedules only: the rows join and leave the model's slots session (`
 growing cache at each change (``PackedSlots``: a step computes only the rows decoding, and a row joins only if
 the packed cache still fits the model's positions); with ``aiayn serve --compile`` it is a static cache of
 ``max_batch`` slots with one step compiled when the server starts (``SlotSession``: each row writes its own next
-column, a row that leaves frees its slot, free slots are computed and not read).
+column, a row that leaves frees its slot, a row joins the lowest free slot, and a step computes the slots up to
+the highest taken, free ones among them computed and not read).
 
 A joining row is prefilled with the others that join with it, its first token chosen from that pass. Each row
 chooses its own token from the step's logits: greedy rows by argmax, sampling rows with their own temperature,
