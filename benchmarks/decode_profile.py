@@ -40,8 +40,9 @@ the step compiled by ``torch.compile``) into ``decode_profile_compiled.json`` an
 (``config.cpp.enable_kernel_profile``: the script runs itself again with it on and an inductor cache of its
 own), so each fused kernel counts by the ops in its name
 (:func:`kernel_category`: ``cpp_fused_add_native_layer_norm_3`` is norms and activations); the products it leaves
-to a library (``aten::addmm``, ``aiayn::linear_onednn``) and the attention kernel count as in the eager profile,
-and the compiled region's own wrappers (guards, the call of the compiled graph) as Python and dispatch.
+to a library (``aten::addmm``, ``aiayn::linear_onednn``, ``aiayn::linear_packed``) and the attention kernel count as
+in the eager profile, and the compiled region's own wrappers (guards, the call of the compiled graph) as Python and
+dispatch.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ CATEGORIES = (MATMUL, ATTENTION, CACHE, SEARCH, INT8, NORMS, OTHER, PYTHON)
 # ours: the op called from Python -> its category (an op missing here is "everything else")
 OURS = {
     **dict.fromkeys(["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul",
-                     "mkldnn::_linear_pointwise", "quantized::linear_dynamic", "aiayn::linear_onednn"], MATMUL),
+                     "mkldnn::_linear_pointwise", "quantized::linear_dynamic", "aiayn::linear_onednn",
+                     "aiayn::linear_packed"], MATMUL),
     **dict.fromkeys(["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"],
                     ATTENTION),
     **dict.fromkeys(["aten::index_select", "aten::index_copy", "aten::index_copy_"], CACHE),
@@ -576,7 +578,8 @@ def page(results: dict[str, Any]) -> str:
             "of: `argmax`/`topk`/`sort`/`log_softmax` search; `softmax`/`bmm` attention, with the cache write it "
             "fuses; `index_put`/`index_copy` cache writes; `addmm`/`mm` products; `layer_norm`/`gelu`/`add`/`mul`... "
             "norms and activations). The "
-            "products inductor leaves to a library (`aten::addmm`, oneDNN's as `aiayn::linear_onednn`) and the "
+            "products inductor leaves to a library (`aten::addmm`, oneDNN's as `aiayn::linear_onednn` and "
+            "`aiayn::linear_packed`) and the "
             "attention kernel count as above; the compiled region's own wrappers (dynamo's guards, the call of the "
             "compiled graph) are Python and dispatch, and \"ops from Python\" includes the kernels the compiled "
             "graph's Python wrapper calls. The eager profile is [decode_profile.md](decode_profile.md).",

@@ -148,8 +148,9 @@ def _rank(logp: Tensor, live_sum: Tensor, seqs: Tensor, column: Tensor, columns:
 
 
 # The candidates' top-k looks at the blocks of BLOCK tokens first (:func:`_best`); None: the top-k of all K*V.
-# 64: the ranking of the Marian-shaped beam-4 decoding (16 sentences, V = 8,000) took 0.20 ms against 0.36 (and
-# 0.42 against 2.3 for GPT-2's V = 50,257), the same candidates (by hand, AMD EPYC with AVX-512, 2 threads).
+# 64: the compiled Marian-shaped beam-4 decoding (16 sentences, V = 8,000) ran 1.13x faster (lower quartile 1.12;
+# AMD EPYC with AVX-512, benchmarks/compiled_step_switches.py --switch block, the same tokens); by hand, eagerly, the
+# top-k took 0.20 ms against 0.36 there and 0.42 against 2.3 for GPT-2's V = 50,257.
 BLOCK: int | None = 64
 
 
@@ -186,8 +187,8 @@ def _best(logp: Tensor, live_sum: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 # With compile=True the ranking goes through torch.compile too (the log-softmax and the blocks' top-k with it;
 # dynamic in the sentences searched from its first call, so one that leaves does not compile it again); False: it
-# runs eagerly beside the compiled step. On: the Marian-shaped beam-4 decoding took 1.06x less time (AMD EPYC with
-# AVX-512, benchmarks/compiled_step_switches.py --switch rank), its Python calls (several dozen a step) one.
+# runs eagerly beside the compiled step. On: the Marian-shaped beam-4 decoding ran 1.05x faster (lower quartile 1.02;
+# AMD EPYC with AVX-512, benchmarks/compiled_step_switches.py --switch rank), its several dozen calls a step one.
 COMPILE_RANK = True
 
 

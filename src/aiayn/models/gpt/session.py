@@ -474,9 +474,11 @@ class SlotSession(Slots):
         """The step over the first ``n`` slots, ``tokens`` ``(n,)`` (``n`` a dynamic size, as the ``width``)."""
         n = tokens.size(0)
         held = narrow(self.columns, bucket(width, self.length))
-        index, real, positions = (narrow(t, n) for t in (self.index, self.real, self.positions))
-        logits = self.run(self.model, self.layers, narrow(tokens.contiguous()[:, None], n), index, real, positions,
-                          held, self.window)
+        token, index, real, positions = (t[:n] for t in (tokens.contiguous()[:, None], self.index, self.real,
+                                                          self.positions))
+        for t in (token, index, real, positions):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+        logits = self.run(self.model, self.layers, token, index, real, positions, held, self.window)
         return logits.clone() if logits.is_cuda else logits
 
     @torch.no_grad()
