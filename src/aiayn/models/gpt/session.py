@@ -417,9 +417,10 @@ class SlotSession(Slots):
         slot 1     p p b | . . . .             and computes the free slot 2 without reading it
         slot 2     (free)
 
-    A step attends over the columns of the longest row rounded up to a bucket, and computes the slots up to the
-    highest taken (a row joins the lowest free slot): two dynamic sizes, so one compile serves every width and
-    every number of slots from 2 (one slot is a graph of its own), and a server with one client computes one row.
+    A step attends over the columns of the longest row rounded up to a bucket, and (but on a GPU) computes the slots
+    up to the highest taken (a row joins the lowest free slot): two dynamic sizes, so one compile serves every width
+    and every number of slots from 2 (one slot is a graph of its own), and a server with one client computes one
+    row. On a GPU it computes every slot (a CUDA graph is recorded for each shape; a few rows more cost little).
     """
 
     def __init__(self, model: GPT, slots: int, length: int | None = None, compile: bool = False) -> None:
@@ -467,7 +468,7 @@ class SlotSession(Slots):
         measured (:meth:`Slots.warm`): call it on the thread that will step."""
         super().warm()
         with torch.no_grad():
-            for n in sorted({1, self.slots}):  # one slot, and the graph of every other number
+            for n in sorted({self.slots} if self.device.type == "cuda" else {1, self.slots}):  # one slot, the rest
                 self._run(torch.zeros(n, dtype=torch.long, device=self.device), 1)
 
     def _run(self, tokens: Tensor, width: int) -> Tensor:
@@ -484,7 +485,9 @@ class SlotSession(Slots):
     @torch.no_grad()
     def _step(self, slots: list[int], tokens: list[int]) -> Tensor:
         where = torch.tensor(slots, device=self.device)
-        fed = torch.zeros(max(slots) + 1, dtype=torch.long, device=self.device)  # (n,) free slots: any id
+        # (n,) free slots fed any id; on a GPU every slot, one CUDA graph a width (not one a width and a number)
+        n = self.slots if self.device.type == "cuda" else max(slots) + 1
+        fed = torch.zeros(n, dtype=torch.long, device=self.device)
         fed[where] = torch.tensor(tokens, device=self.device)
         logits = self._run(fed, max(self.next) + 1)  # (n, V)
         self.index += self.live  # the next column of each row decoding
